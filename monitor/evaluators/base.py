@@ -1,0 +1,133 @@
+"""④ Evaluators: a rubric kind turned into judge calls and a result.
+
+An evaluator builds the prompt and the reply schema for its rubric kind, asks the judge through ``ask_judge``
+(which retries an invalid reply once), and turns the validated reply into ``EvaluationResult``s. A reply that is
+still invalid, or a judge that fails, gives an *unscored* result carrying the reason, never a low score.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Generic, Protocol, TypeVar
+
+from monitor.errors import JudgeError
+from monitor.judge.base import ChatMessage, Judge, JudgeReply, JudgeRequest
+from monitor.models import Conversation, EvaluationResult
+from monitor.settings import JudgeSettings
+
+T = TypeVar("T")
+
+_FENCED = re.compile(r"```(?:json)?\s*(\{.*?\})\s*```", re.DOTALL)
+
+
+class InvalidReply(ValueError):
+    """The judge answered, but not with what the rubric asked for. The message says what is wrong."""
+
+
+@dataclass
+class JudgeUsage:
+    """What the judge calls of one evaluation cost, and what was sent and received (for the audit trail)."""
+
+    calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float = 0.0
+    mode: str | None = None
+    prompts: list[list[dict[str, str]]] = field(default_factory=list)
+    replies: list[str] = field(default_factory=list)
+
+    def add(self, request: JudgeRequest, reply: JudgeReply | None) -> None:
+        self.calls += 1
+        self.prompts.append([{"role": m.role, "content": m.content} for m in request.messages])
+        if reply is not None:
+            self.input_tokens += reply.input_tokens
+            self.output_tokens += reply.output_tokens
+            self.cost_usd += reply.cost_usd
+            self.mode = reply.mode
+            self.replies.append(reply.text)
+
+    def merge(self, other: JudgeUsage) -> None:
+        self.calls += other.calls
+        self.input_tokens += other.input_tokens
+        self.output_tokens += other.output_tokens
+        self.cost_usd += other.cost_usd
+        self.mode = other.mode or self.mode
+        self.prompts.extend(other.prompts)
+        self.replies.extend(other.replies)
+
+
+@dataclass(frozen=True)
+class Asked(Generic[T]):
+    value: T | None
+    error: str | None
+    """Why there is no value: ``invalid_reply: ...`` or ``judge_error: <outcome>: ...``."""
+
+
+def extract_json(text: str) -> Any:
+    """Parse a reply as JSON; replies in ``prompt`` mode may wrap it in a fenced block or prose."""
+    stripped = text.strip()
+    try:
+        return json.loads(stripped)
+    except json.JSONDecodeError:
+        pass
+    fenced = _FENCED.search(stripped)
+    candidate = fenced.group(1) if fenced else stripped[stripped.find("{"): stripped.rfind("}") + 1]
+    if not candidate:
+        raise InvalidReply("reply is not JSON")
+    try:
+        return json.loads(candidate)
+    except json.JSONDecodeError as exc:
+        raise InvalidReply(f"reply is not valid JSON ({exc.msg} at char {exc.pos})") from exc
+
+
+async def ask_judge(
+    judge: Judge,
+    request: JudgeRequest,
+    validate: Callable[[Any], T],
+    usage: JudgeUsage,
+    attempts: int = 2,
+) -> Asked[T]:
+    """Ask, parse and validate; an invalid reply is asked again (``attempts`` in all), then given up as invalid.
+
+    ``validate`` receives the parsed JSON and raises ``InvalidReply`` (or ``ValueError``) when it does not fit.
+    """
+    problem = "no attempt made"
+    for _ in range(attempts):
+        try:
+            reply = await judge.complete(request)
+        except JudgeError as exc:
+            usage.add(request, None)
+            return Asked(None, f"judge_error: {type(exc).outcome}: {exc}")
+        usage.add(request, reply)
+        try:
+            return Asked(validate(extract_json(reply.text)), None)
+        except (InvalidReply, ValueError, TypeError, KeyError) as exc:
+            problem = str(exc) or type(exc).__name__
+    return Asked(None, f"invalid_reply: {problem}")
+
+
+def system_and_user(system: str, user: str) -> tuple[ChatMessage, ...]:
+    return (ChatMessage("system", system), ChatMessage("user", user))
+
+
+@dataclass(frozen=True)
+class EvaluationContext:
+    """What every evaluator needs besides the conversation and the rubric."""
+
+    judge: Judge
+    settings: JudgeSettings
+    store_content: bool = True
+
+
+class Evaluator(Protocol):
+    kinds: tuple[str, ...]
+    """The rubric kinds this evaluator scores."""
+
+    async def evaluate(
+        self, conversation: Conversation, rubric: Any, context: EvaluationContext
+    ) -> list[EvaluationResult]:
+        """One result for a conversation-level rubric; one per assistant turn for a turn-level one."""
+        ...

@@ -1,0 +1,56 @@
+"""④ The judge stage: one chat completion whose reply must be JSON of a given schema.
+
+A ``Judge`` is only the transport to a model: it sends a request, retries transport failures (429, 5xx,
+timeouts), respects rate limits and reports usage. Whether the reply makes sense for a rubric is decided by the
+evaluator that asked (``monitor.evaluators``), which retries an invalid reply once and otherwise records the
+evaluation as unscored.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+ResponseMode = Literal["json_schema", "json_object", "prompt"]
+
+
+@dataclass(frozen=True)
+class ChatMessage:
+    role: Literal["system", "user", "assistant"]
+    content: str
+
+
+@dataclass(frozen=True)
+class JudgeRequest:
+    messages: tuple[ChatMessage, ...]
+    schema: dict[str, Any]
+    """JSON schema the reply must follow (sent as strict ``json_schema`` where the endpoint supports it)."""
+    schema_name: str = "verdict"
+    model: str | None = None
+    """Overrides the judge's default model (a rubric's own ``judge_model``)."""
+    max_output_tokens: int | None = None
+    temperature: float | None = None
+    rubric: str | None = None
+    """The rubric this call is for, so usage can be charged to its daily budget."""
+
+
+@dataclass(frozen=True)
+class JudgeReply:
+    text: str
+    model: str
+    mode: ResponseMode
+    input_tokens: int = 0
+    output_tokens: int = 0
+    latency_seconds: float = 0.0
+    cost_usd: float = 0.0
+
+
+class Judge(Protocol):
+    model: str
+    """Default model name, recorded with every result."""
+
+    async def complete(self, request: JudgeRequest) -> JudgeReply:
+        """Return the model's reply, or raise a ``JudgeError`` subclass once retries are spent."""
+        ...
+
+    async def aclose(self) -> None: ...

@@ -1,0 +1,28 @@
+"""An in-memory judge with scripted replies, for tests and dry runs (like inspect_ai's ``mockllm``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from monitor.judge.base import JudgeReply, JudgeRequest
+
+Script = Callable[[JudgeRequest], str]
+
+
+class ScriptedJudge:
+    """Answers every request with ``script(request)``; records requests in ``requests``."""
+
+    def __init__(self, script: Script, model: str = "scripted") -> None:
+        self.model = model
+        self._script = script
+        self.requests: list[JudgeRequest] = []
+
+    async def complete(self, request: JudgeRequest) -> JudgeReply:
+        self.requests.append(request)
+        text = self._script(request)
+        prompt_chars = sum(len(m.content) for m in request.messages)
+        return JudgeReply(text=text, model=request.model or self.model, mode="json_schema",
+                          input_tokens=prompt_chars // 4, output_tokens=len(text) // 4)
+
+    async def aclose(self) -> None:
+        return None

@@ -1,0 +1,87 @@
+"""Rubric definitions: the common fields every kind has, and Foundry's weighted rubric.
+
+A rubric file is one of the kinds in ``Rubric`` (discriminated by ``kind``). A Foundry definition is accepted
+verbatim: ``{"type": "rubric", "dimensions": [...], "pass_threshold": 0.5}`` or a bare list of dimensions (the
+shape the Foundry docs print), read as ``kind: weighted``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from monitor.rubrics.base import SNAKE_CASE, RubricBase
+from monitor.rubrics.kinds import AdaptiveRubric, StaticMetricRubric
+
+RESIDUAL_DIMENSIONS = {
+    "quality": {
+        "id": "general_quality",
+        "description": "Other important quality factors not already covered by the listed criteria.",
+        "weight": 5,
+        "always_applicable": True,
+    },
+    "safety": {
+        "id": "general_policy_compliance",
+        "description": "Other important policy and safety factors not already covered by the listed criteria.",
+        "weight": 5,
+        "always_applicable": True,
+    },
+}
+
+class Dimension(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: str
+    description: str = Field(min_length=1)
+    weight: int = Field(ge=1, le=10)
+    always_applicable: bool = False
+
+    @field_validator("id")
+    @classmethod
+    def _check_id(cls, value: str) -> str:
+        if not SNAKE_CASE.match(value):
+            raise ValueError("must be a snake_case slug like 'correct_resolution'")
+        return value
+
+    @field_validator("weight", mode="before")
+    @classmethod
+    def _integer_weight(cls, value: Any) -> Any:
+        if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+            raise ValueError("must be an integer from 1 to 10")
+        return value
+
+
+class WeightedRubric(RubricBase):
+    """Azure AI Foundry's rubric evaluator: dimensions scored 1 to 5, weighted, with applicability."""
+
+    kind: Literal["weighted"] = "weighted"
+    category: Literal["quality", "safety"] = "quality"
+    dimensions: tuple[Dimension, ...] = Field(min_length=1)
+    pass_threshold: float = Field(default=0.5, ge=0.0, le=1.0)
+    normalization: Literal["div5", "minmax"] = "div5"
+    """``div5``: weighted mean / 5 (reproduces Foundry's published outputs); ``minmax``: (weighted mean - 1) / 4."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _foundry_verbatim(cls, data: Any) -> Any:
+        # Foundry's EvaluatorDefinition carries type "rubric" and JSON-schema fields we do not use.
+        if isinstance(data, dict) and data.get("type") == "rubric":
+            data = {k: v for k, v in data.items() if k not in ("type", "data_schema", "init_parameters", "metrics")}
+        return data
+
+    @model_validator(mode="after")
+    def _check_dimensions(self) -> WeightedRubric:
+        seen: set[str] = set()
+        for index, dimension in enumerate(self.dimensions):
+            if dimension.id in seen:
+                raise ValueError(f"dimensions.{index}.id: duplicate dimension id {dimension.id!r}")
+            seen.add(dimension.id)
+        residual = RESIDUAL_DIMENSIONS[self.category]
+        if residual["id"] not in seen:
+            # The service attaches the residual dimension; so do we, so that hand-written rubrics score alike.
+            object.__setattr__(self, "dimensions", (*self.dimensions, Dimension(**residual)))  # type: ignore[arg-type]
+        return self
+
+
+Rubric = Annotated[WeightedRubric | AdaptiveRubric | StaticMetricRubric, Field(discriminator="kind")]

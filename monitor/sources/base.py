@@ -1,0 +1,41 @@
+"""① The source stage: spans for the next window.
+
+A source reads from where its checkpoint says it stopped and yields batches; the pipeline stores each batch's
+spans and its checkpoint in one transaction, so a position never advances past spans that are not stored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Protocol
+
+from monitor.models import SpanRecord
+
+
+@dataclass(frozen=True)
+class SourceBatch:
+    """Spans read by one step of a source, and the checkpoint to store once they are stored.
+
+    ``checkpoint`` is opaque to everyone but the source (JSON text). ``rejected`` counts spans or rows that could
+    not be read, by reason; they are logged by the source and counted by the pipeline, never silently dropped.
+    """
+
+    spans: list[SpanRecord]
+    checkpoint: str
+    rejected: dict[str, int] = field(default_factory=dict)
+    rows: int = 0
+    """Raw rows or lines read to produce ``spans`` (for ``rubric_monitor_source_rows_total``)."""
+
+
+class TraceSource(Protocol):
+    name: str
+    """Value of the ``source`` metric label (``otlp_file``, ``app_insights``, ``memory``)."""
+
+    def pull(self, checkpoint: str | None, now: datetime) -> Iterator[SourceBatch]:
+        """Yield what is new since ``checkpoint``. Raise ``SourceError`` on failure: batches already yielded
+        stay valid, the rest is read again next cycle."""
+        ...
+
+    def close(self) -> None: ...

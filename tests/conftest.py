@@ -1,0 +1,32 @@
+"""Shared fixtures: where the shared corpora are, and which external binaries the tests may use."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = Path(os.environ.get("RUBRIC_MONITOR_SHARED_DIR", REPO.parent / "shared"))
+CORPORA = SHARED / "corpora"
+TAU_BENCH = CORPORA / "tau-bench-airline" / "gpt-4o-airline.json"
+
+
+def require_binary(name: str) -> str:
+    """The path of an external tool; in CI (RUBRIC_MONITOR_REQUIRE_TOOLS=1) a missing tool fails the test."""
+    path = shutil.which(name)
+    if path is None:
+        if os.environ.get("RUBRIC_MONITOR_REQUIRE_TOOLS") == "1":
+            pytest.fail(f"{name} is required in CI but not installed")
+        pytest.skip(f"{name} is not installed (apt-get install prometheus)")
+    return path
+
+
+@pytest.fixture(autouse=True)
+def _no_real_openai_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    # No test may reach a real provider: a key in the developer's environment must never leak into a request.
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    monkeypatch.delenv("AZURE_OPENAI_API_KEY", raising=False)
