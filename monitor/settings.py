@@ -160,6 +160,15 @@ class JudgeSettings(_Section):
     timeout_seconds: float = 60.0
     max_retries: int = 4
     """Retries for 429, 5xx and timeouts (jittered backoff, honouring Retry-After and x-ratelimit-* headers)."""
+    backoff_base_seconds: float = Field(default=0.5, ge=0.0)
+    """First backoff after a 5xx, timeout or header-less 429; doubled per retry, jittered."""
+    backoff_max_seconds: float = Field(default=30.0, ge=0.0)
+    """Longest backoff between two retries."""
+    max_retry_wait_seconds: float = Field(default=120.0, ge=0.0)
+    """A 429 asking to wait longer than this (a spent daily quota) fails the call at once instead of waiting."""
+    auth_reprobe_seconds: float = Field(default=60.0, gt=0.0)
+    """After a 401/403 every call fails fast, without a request, until this long has passed; then one call
+    tries the credential again."""
     concurrency: int = Field(default=4, ge=1)
     requests_per_minute: float | None = None
     """Client-side request rate limit; None for no limit."""
@@ -201,8 +210,9 @@ class MetricsSettings(_Section):
 class RubricSettings(_Section):
     directory: Path = Path("examples/rubrics")
     """Directory of rubric files (YAML or JSON), read recursively."""
-    reload_seconds: float = 30.0
-    """Check the directory for edits this often while the daemon runs; 0 disables hot reload."""
+    reload: bool = True
+    """Re-read edited rubric files at the start of every cycle; a file that no longer validates keeps its previous
+    version active and is reported."""
 
 
 class Settings(BaseSettings):

@@ -2,7 +2,9 @@
 
 An evaluator builds the prompt and the reply schema for its rubric kind, asks the judge through ``ask_judge``
 (which retries an invalid reply once), and turns the validated reply into ``EvaluationResult``s. A reply that is
-still invalid, or a judge that fails, gives an *unscored* result carrying the reason, never a low score.
+still invalid gives an *unscored* result carrying the reason, never a low score. A judge that cannot be reached
+(``JudgeError``: auth, rate limit, server error, timeout after the transport's retries) is NOT a verdict: the error
+propagates, the pipeline leaves the evaluation pending and retries it next cycle.
 """
 
 from __future__ import annotations
@@ -63,7 +65,7 @@ class JudgeUsage:
 class Asked(Generic[T]):
     value: T | None
     error: str | None
-    """Why there is no value: ``invalid_reply: ...`` or ``judge_error: <outcome>: ...``."""
+    """Why there is no value: ``invalid_reply: ...``."""
 
 
 def extract_json(text: str) -> Any:
@@ -93,14 +95,15 @@ async def ask_judge(
     """Ask, parse and validate; an invalid reply is asked again (``attempts`` in all), then given up as invalid.
 
     ``validate`` receives the parsed JSON and raises ``InvalidReply`` (or ``ValueError``) when it does not fit.
+    A ``JudgeError`` propagates (see the module docstring).
     """
     problem = "no attempt made"
     for _ in range(attempts):
         try:
             reply = await judge.complete(request)
-        except JudgeError as exc:
+        except JudgeError:
             usage.add(request, None)
-            return Asked(None, f"judge_error: {type(exc).outcome}: {exc}")
+            raise
         usage.add(request, reply)
         try:
             return Asked(validate(extract_json(reply.text)), None)

@@ -1,0 +1,215 @@
+"""The composition root: settings → concrete stages → pipeline, scheduler, HTTP endpoint and signal handling.
+
+Only this module chooses implementations; every stage elsewhere sees protocols.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from dataclasses import dataclass
+from datetime import timedelta
+from types import FrameType
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from monitor.errors import ConfigError
+from monitor.evaluators.adaptive import AdaptiveEvaluator
+from monitor.evaluators.base import EvaluationContext, Evaluator
+from monitor.evaluators.cache import VerdictCache
+from monitor.evaluators.static import StaticMetricEvaluator
+from monitor.evaluators.weighted import WeightedEvaluator
+from monitor.health import HealthState, MonitorHTTPServer
+from monitor.judge.base import Judge
+from monitor.metrics import MonitorMetrics, StoredAggregatesCollector
+from monitor.models import utc_now
+from monitor.pipeline import CycleReport, Pipeline
+from monitor.rubrics.registry import RubricRegistry
+from monitor.settings import JudgeSettings, Settings, SourceSettings, read_secret
+from monitor.sources.base import TraceSource
+from monitor.store.sql import SqlStore
+
+log = logging.getLogger(__name__)
+
+_WINDOW_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_window(window: str) -> float:
+    """``"1h"`` → 3600.0; errors name the setting."""
+    unit = window[-1:]
+    if unit not in _WINDOW_UNITS or not window[:-1].isdigit():
+        raise ConfigError("settings", "metrics.windows", f"{window!r} is not a window like 30m, 1h, 24h or 7d")
+    return int(window[:-1]) * float(_WINDOW_UNITS[unit])
+
+
+def build_source(settings: SourceSettings, metrics: MonitorMetrics) -> TraceSource:
+    if settings.kind == "otlp_file":
+        from monitor.sources.otlp_file import OtlpFileSource
+
+        return OtlpFileSource(settings.path)
+    from monitor.sources.app_insights import AppInsightsSource
+
+    return AppInsightsSource(settings, metrics)
+
+
+def build_judge(settings: JudgeSettings, metrics: MonitorMetrics) -> Judge:
+    if settings.kind == "local":
+        from monitor.judge.local import LocalJudge
+
+        return LocalJudge(settings, metrics)
+    from monitor.judge.openai_judge import OpenAIJudge
+
+    return OpenAIJudge(settings, metrics)
+
+
+def build_evaluators(cache_size: int) -> dict[str, Evaluator]:
+    evaluators: list[Evaluator] = [
+        WeightedEvaluator(VerdictCache(cache_size)),
+        AdaptiveEvaluator(),
+        StaticMetricEvaluator(),
+    ]
+    return {kind: evaluator for evaluator in evaluators for kind in evaluator.kinds}
+
+
+def store_url(settings: Settings) -> str:
+    url = read_secret(None, settings.store.url_file, "store.url_file")
+    return url or settings.store.url
+
+
+@dataclass
+class Monitor:
+    """Everything a running daemon holds; ``close()`` releases it in reverse order."""
+
+    settings: Settings
+    registry: CollectorRegistry
+    metrics: MonitorMetrics
+    pipeline: Pipeline
+    health: HealthState
+    store: SqlStore
+
+    def run_cycle(self) -> CycleReport:
+        started = utc_now()
+        try:
+            report = self.pipeline.run_cycle(started)
+        except Exception as exc:  # noqa: BLE001 - the scheduler must survive any cycle
+            log.exception("cycle failed")
+            report = CycleReport(started_at=started, finished_at=utc_now(), failures=[f"cycle: {exc!r}"])
+        elapsed = ((report.finished_at or utc_now()) - started).total_seconds()
+        self.metrics.cycle_duration.observe(elapsed)
+        self.metrics.cycles.labels("ok" if report.ok else "failed").inc()
+        if report.ok:
+            self.metrics.last_success.set((report.finished_at or utc_now()).timestamp())
+        self.health.cycle_finished(report.failures)
+        self.metrics.health.set(0 if self.health.problems() else 1)
+        log.info(
+            "cycle: %d spans read (%d new), %d conversations ready, evaluations %s, skipped %s, %d judge calls, "
+            "%.1fs%s",
+            report.spans_read, report.spans_new, report.conversations_ready, dict(report.evaluations),
+            dict(report.skipped), report.judge_calls, elapsed, "" if report.ok else f", failures: {report.failures}",
+        )
+        return report
+
+    def close(self) -> None:
+        self.pipeline.close()
+        self.pipeline.source.close()
+        self.store.close()
+
+
+def build_monitor(settings: Settings, registry: CollectorRegistry | None = None) -> Monitor:
+    """Build every stage from settings. Raises ``ConfigError`` (exit 2) on a bad setting or rubric file."""
+    registry = registry or CollectorRegistry()
+    metrics = MonitorMetrics(registry)
+    windows = [(w, parse_window(w)) for w in settings.metrics.windows]
+    rubrics = RubricRegistry(settings.rubrics.directory, metrics)
+    rubrics.load()
+    store = SqlStore(store_url(settings))
+    source = build_source(settings.source, metrics)
+    judge = build_judge(settings.judge, metrics)
+    registry.register(StoredAggregatesCollector(lambda _: store.window_aggregates(windows, utc_now()),
+                                                [w for w, _ in windows]))
+    delay = settings.source.ingestion_delay_seconds if settings.source.kind == "app_insights" else 0.0
+    pipeline = Pipeline(
+        source=source,
+        store=store,
+        rubrics=rubrics if settings.rubrics.reload else _Frozen(rubrics),
+        evaluators=build_evaluators(settings.judge.cache_size),
+        context=EvaluationContext(judge=judge, settings=settings.judge, store_content=settings.store.store_content),
+        metrics=metrics,
+        conversation_settings=settings.conversation,
+        sampling_settings=settings.sampling,
+        judge_settings=settings.judge,
+        completeness_delay=timedelta(seconds=delay),
+    )
+    health = HealthState(interval=timedelta(seconds=settings.interval_seconds))
+    health.checks["judge"] = lambda: _judge_problem(judge)
+    health.checks["rubrics"] = lambda: "; ".join(f"{k}: {v}" for k, v in rubrics.problems.items()) or None
+    return Monitor(settings, registry, metrics, pipeline, health, store)
+
+
+class _Frozen:
+    """A registry whose files are read once (``rubrics.reload: false``)."""
+
+    def __init__(self, registry: RubricRegistry) -> None:
+        self._registry = registry
+
+    def refresh(self) -> None:
+        return None
+
+    def for_agent(self, agent_name: str | None, agent_id: str | None) -> list[Any]:
+        return list(self._registry.for_agent(agent_name, agent_id))
+
+
+def _judge_problem(judge: Judge) -> str | None:
+    healthy = getattr(judge, "healthy", True)
+    return None if healthy else "the judge refuses our credential (401/403); calls paused until it works again"
+
+
+def _store_problem(store: SqlStore) -> str | None:
+    try:
+        store.ping()
+    except Exception as exc:  # noqa: BLE001 - any failure means not ready
+        return str(exc)
+    return None
+
+
+def run_daemon(settings: Settings, once: bool = False) -> int:
+    """Run until SIGTERM/SIGINT (exit 0), or one cycle with ``once`` (exit 1 if the cycle failed)."""
+    monitor = build_monitor(settings)
+    server = MonitorHTTPServer(settings.metrics.host, settings.metrics.port, monitor.registry, monitor.health,
+                               lambda: _store_problem(monitor.store))
+    server.start()
+    host, port = server.address
+    log.info("metrics on http://%s:%d/metrics", host, port)
+    try:
+        if once:
+            return 0 if monitor.run_cycle().ok else 1
+        return _serve(monitor, settings.interval_seconds)
+    finally:
+        server.close()
+        monitor.close()
+
+
+def _serve(monitor: Monitor, interval: float) -> int:
+    from apscheduler.schedulers.background import BackgroundScheduler
+
+    stopping = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        log.info("signal %d: finishing the evaluations in flight, then exiting", signum)
+        monitor.pipeline.stop.set()
+        stopping.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    scheduler = BackgroundScheduler(timezone="UTC")
+    scheduler.add_job(
+        monitor.run_cycle, "interval", seconds=interval, id="cycle", next_run_time=utc_now(),
+        max_instances=1, coalesce=True, misfire_grace_time=max(1, int(interval)),
+    )
+    scheduler.start()
+    while not stopping.wait(1.0):
+        pass
+    scheduler.shutdown(wait=True)  # waits for the cycle in flight, which stops taking new evaluations
+    return 0

@@ -1,0 +1,201 @@
+"""``rubric-monitor`` command line: run, evaluate, check, rubrics, config-doc.
+
+Exit codes: 0 success; 1 a cycle failed (``run --once``); 2 invalid settings, rubric or input (the message names
+the file and the field).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import sys
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+from prometheus_client import CollectorRegistry
+
+from monitor.errors import ConfigError
+from monitor.models import Conversation, utc_now
+from monitor.settings import ENV_PREFIX, Settings, load_settings
+
+log = logging.getLogger("monitor")
+
+
+def _configure_logging(level: str) -> None:
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+
+
+def _config_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", type=Path, default=None,
+                        help=f"YAML settings file (default: ${ENV_PREFIX}CONFIG, else built-in defaults)")
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from monitor.app import run_daemon
+
+    settings = load_settings(args.config)
+    _configure_logging(settings.log_level)
+    return run_daemon(settings, once=args.once)
+
+
+def _numbered_lines(path: Path) -> Iterator[tuple[int, str]]:
+    with path.open(encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if line.strip():
+                yield number, line
+
+
+def read_conversations(path: Path) -> list[Conversation]:
+    """OTLP JSON lines or OpenAI-chat JSONL, told apart by the first record."""
+    from monitor.chat_format import read_chat_jsonl
+
+    try:
+        first = next(_numbered_lines(path), None)
+    except OSError as exc:
+        raise ConfigError(str(path), None, f"cannot read: {exc.strerror}") from exc
+    if first is None:
+        return []
+    if '"resourceSpans"' in first[1]:
+        from monitor.assemble import assemble
+        from monitor.otlp import parse_otlp_line
+
+        spans = []
+        for number, line in _numbered_lines(path):
+            parsed, rejected = parse_otlp_line(line)
+            for reason, count in rejected.items():
+                log.warning("%s:%d: %d span(s) rejected: %s", path, number, count, reason)
+            spans.extend(parsed)
+        return assemble(spans).conversations
+    return list(read_chat_jsonl(_numbered_lines(path), str(path)))
+
+
+def _cmd_evaluate(args: argparse.Namespace) -> int:
+    from monitor.app import build_evaluators, build_judge
+    from monitor.evaluators.base import EvaluationContext
+    from monitor.metrics import MonitorMetrics
+    from monitor.rubrics.loader import load_rubric_file
+
+    settings = load_settings(args.config)
+    _configure_logging(settings.log_level)
+    rubric = load_rubric_file(args.rubric)
+    conversations = read_conversations(args.input)
+    evaluator = build_evaluators(settings.judge.cache_size).get(rubric.kind)
+    if evaluator is None:
+        raise ConfigError(str(args.rubric), "kind", f"no evaluator for kind {rubric.kind!r}")
+    judge = build_judge(settings.judge, MonitorMetrics(CollectorRegistry()))
+    context = EvaluationContext(judge=judge, settings=settings.judge, store_content=settings.store.store_content)
+
+    async def evaluate_all() -> None:
+        try:
+            for conversation in conversations:
+                for result in await evaluator.evaluate(conversation, rubric, context):
+                    output = result.foundry_output()
+                    if result.turn_index is not None:
+                        output["turn_index"] = result.turn_index
+                    print(json.dumps(output, ensure_ascii=False), flush=True)
+        finally:
+            await judge.aclose()
+
+    asyncio.run(evaluate_all())
+    return 0
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    from monitor.app import parse_window
+    from monitor.rubrics.registry import RubricRegistry
+
+    settings = load_settings(args.config)
+    for window in settings.metrics.windows:
+        parse_window(window)
+    registry = RubricRegistry(settings.rubrics.directory)
+    registry.load()
+    for rubric in registry.active():
+        print(f"rubric {rubric.name} version {rubric.version} ({rubric.kind}) for agents {', '.join(rubric.agents)}")
+    if args.explain:
+        if settings.source.kind != "app_insights":
+            print(f"source otlp_file reads {settings.source.path} (no query to explain)")
+        else:
+            from monitor.sources.kql import explain
+
+            print(explain(settings.source, utc_now()))
+    print("settings and rubrics are valid")
+    return 0
+
+
+def _describe_fields(model: type[BaseModel], prefix: str) -> Iterator[tuple[str, str, str, str]]:
+    for name, info in model.model_fields.items():
+        key = f"{prefix}{name}"
+        annotation = info.annotation
+        nested = [a for a in getattr(annotation, "__args__", (annotation,)) if isinstance(a, type)
+                  and issubclass(a, BaseModel)]
+        if nested and not (getattr(annotation, "__origin__", None) is dict):
+            for sub in nested:
+                label = f"{key}." if len(nested) == 1 else f"{key}.({sub.model_fields['kind'].default}) "
+                yield from _describe_fields(sub, label if len(nested) == 1 else f"{key}.")
+            continue
+        default = info.get_default(call_default_factory=True)
+        shown = "" if default is None else json.dumps(default.get_secret_value() if hasattr(
+            default, "get_secret_value") else default, default=str)
+        env = ENV_PREFIX + key.replace(".", "__").upper()
+        yield key, shown, env, (info.description or "").replace("\n", " ")
+
+
+def config_table() -> str:
+    rows = ["| setting | default | environment variable | meaning |", "|---|---|---|---|"]
+    seen: set[str] = set()
+    for key, default, env, doc in _describe_fields(Settings, ""):
+        if key in seen:
+            continue
+        seen.add(key)
+        rows.append(f"| `{key}` | `{default}` | `{env}` | {doc.replace('|', '/')} |")
+    return "\n".join(rows)
+
+
+def _cmd_config_doc(args: argparse.Namespace) -> int:
+    print(config_table())
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="rubric-monitor", description=__doc__.splitlines()[0] if __doc__ else "")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="run the daemon (or one cycle with --once)")
+    _config_arg(run)
+    run.add_argument("--once", action="store_true", help="run one cycle and exit (1 if it failed)")
+    run.set_defaults(handler=_cmd_run)
+
+    evaluate = sub.add_parser("evaluate", help="score the conversations of a file against one rubric")
+    _config_arg(evaluate)
+    evaluate.add_argument("--rubric", type=Path, required=True, help="rubric file (YAML or JSON)")
+    evaluate.add_argument("--input", type=Path, required=True, help="OTLP JSON lines or OpenAI-chat JSONL")
+    evaluate.set_defaults(handler=_cmd_evaluate)
+
+    check = sub.add_parser("check", help="validate settings and rubrics")
+    _config_arg(check)
+    check.add_argument("--explain", action="store_true", help="print the App Insights KQL the daemon would run")
+    check.set_defaults(handler=_cmd_check)
+
+    config_doc = sub.add_parser("config-doc", help="print every setting as a Markdown table")
+    config_doc.set_defaults(handler=_cmd_config_doc)
+
+    from monitor.rubrics.commands import add_rubrics_commands
+
+    add_rubrics_commands(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        result: Any = args.handler(args)
+        return int(result)
+    except ConfigError as exc:
+        print(f"rubric-monitor: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130

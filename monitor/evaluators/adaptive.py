@@ -1,0 +1,369 @@
+"""Adaptive rubrics (Vertex style): yes/no items per user request, then one call judging all of them.
+
+Judge calls per evaluation: one generation call for a request not seen before (none when the items are cached or
+written in the rubric), then one validation call per sample. With ``samples: n`` (the rubric's, else
+``judge.samples``) the validation call is made n times and each item is decided by majority vote, a tie failing;
+samples are only independent when ``judge.temperature`` is above 0. ``score = passed / total``; the result passes
+when ``score >= pass_threshold`` (default 1.0: every item). Generation or validation that fails after
+``ask_judge``'s retry gives an unscored result carrying the reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from monitor.evaluators.base import EvaluationContext, InvalidReply, JudgeUsage, ask_judge, system_and_user
+from monitor.evaluators.item_cache import GeneratedItems, InMemoryItemCache, ItemCache, RubricItem
+from monitor.evaluators.views import Target, escape_data, targets, user_requests, view
+from monitor.judge.base import JudgeRequest
+from monitor.judge.render import render_conversation
+from monitor.models import Conversation, EvaluationResult
+from monitor.rubrics.builtin import (
+    BUILTIN_METRICS,
+    GENERATION_INSTRUCTIONS,
+    INTENT_INSTRUCTIONS,
+    NO_INTENTS,
+    VALIDATION_INSTRUCTIONS,
+    AdaptiveMetric,
+)
+from monitor.rubrics.kinds import AdaptiveRubric
+
+IMPORTANCE = ("high", "medium", "low")
+REPLY_FOCUS = (
+    "The reply being judged is the last assistant turn shown (index {index}); earlier turns are its context."
+)
+
+GENERATION_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "intents": {"type": "array", "items": {"type": "string"}},
+        "items": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "question": {"type": "string"},
+                    "importance": {"type": "string", "enum": list(IMPORTANCE)},
+                },
+                "required": ["question", "importance"],
+                "additionalProperties": False,
+            },
+        },
+    },
+    "required": ["intents", "items"],
+    "additionalProperties": False,
+}
+
+
+@dataclass(frozen=True)
+class ItemVerdict:
+    passed: bool
+    reasoning: str
+
+
+def normalise(text: str) -> str:
+    """Case-folded, whitespace collapsed: requests differing only in case or spacing share their items."""
+    return " ".join(text.casefold().split())
+
+
+def parse_items(reply: Any, max_items: int) -> GeneratedItems:
+    if not isinstance(reply, dict) or not isinstance(reply.get("items"), list):
+        raise InvalidReply("reply has no 'items' list")
+    questions: list[tuple[str, str | None]] = []
+    seen: set[str] = set()
+    for index, entry in enumerate(reply["items"]):
+        question = entry.get("question") if isinstance(entry, dict) else None
+        if not isinstance(question, str) or not question.strip():
+            raise InvalidReply(f"items.{index}: 'question' is not a non-empty string")
+        importance = entry.get("importance")
+        if normalise(question) not in seen:
+            seen.add(normalise(question))
+            questions.append((question.strip(), importance if importance in IMPORTANCE else None))
+    if not questions:
+        raise InvalidReply("reply has no items")
+    intents = reply.get("intents")
+    return GeneratedItems(
+        items=tuple(RubricItem(f"item_{i + 1}", q, imp) for i, (q, imp) in enumerate(questions[:max_items])),
+        intents=tuple(str(i) for i in intents if str(i).strip()) if isinstance(intents, list) else (),
+    )
+
+
+def validation_schema(items: Sequence[RubricItem]) -> dict[str, Any]:
+    """Strict schema: one required property per item id, each a reasoning and a yes/no verdict."""
+    verdict = {
+        "type": "object",
+        "properties": {"reasoning": {"type": "string"}, "verdict": {"type": "string", "enum": ["yes", "no"]}},
+        "required": ["reasoning", "verdict"],
+        "additionalProperties": False,
+    }
+    return {
+        "type": "object",
+        "properties": {item.id: verdict for item in items},
+        "required": [item.id for item in items],
+        "additionalProperties": False,
+    }
+
+
+def _as_bool(value: Any) -> bool | None:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("yes", "no"):
+        return value.strip().lower() == "yes"
+    return None
+
+
+def parse_verdicts(reply: Any, items: Sequence[RubricItem]) -> dict[str, ItemVerdict]:
+    """Every item needs a yes/no verdict; a partial reply is rejected whole, since it could drop a failing item."""
+    if not isinstance(reply, dict):
+        raise InvalidReply("reply is not a JSON object")
+    verdicts: dict[str, ItemVerdict] = {}
+    for item in items:
+        entry = reply.get(item.id)
+        if not isinstance(entry, dict):
+            raise InvalidReply(f"item {item.id!r} is missing")
+        passed = _as_bool(entry.get("verdict"))
+        if passed is None:
+            raise InvalidReply(f"item {item.id!r}: verdict {entry.get('verdict')!r} is not 'yes' or 'no'")
+        reasoning = entry.get("reasoning")
+        verdicts[item.id] = ItemVerdict(passed, reasoning if isinstance(reasoning, str) else "")
+    unknown = sorted(set(reply) - {item.id for item in items})
+    if unknown:
+        raise InvalidReply(f"reply has items the rubric does not: {', '.join(unknown)}")
+    return verdicts
+
+
+def majority(samples: Sequence[Mapping[str, ItemVerdict]], item_id: str) -> tuple[ItemVerdict, int]:
+    """An item passes when more than half of the samples say yes (a tie fails); returns the verdict and yes votes."""
+    votes = [sample[item_id] for sample in samples]
+    yes = sum(v.passed for v in votes)
+    passed = yes * 2 > len(votes)
+    reasoning = next((v.reasoning for v in votes if v.passed == passed and v.reasoning), "")
+    return ItemVerdict(passed, reasoning), yes
+
+
+class AdaptiveEvaluator:
+    kinds = ("adaptive",)
+
+    def __init__(self, cache: ItemCache | None = None) -> None:
+        self._cache: ItemCache = cache if cache is not None else InMemoryItemCache()
+        # Concurrent evaluations of one request wait for a single generation call instead of each making one.
+        self._in_flight: dict[str, asyncio.Future[tuple[GeneratedItems | None, str | None]]] = {}
+
+    async def evaluate(
+        self, conversation: Conversation, rubric: AdaptiveRubric, context: EvaluationContext
+    ) -> list[EvaluationResult]:
+        units = targets(conversation, rubric.evaluation_level)
+        if not units:
+            return [_unscored(conversation, rubric, context, None, JudgeUsage(), "no_response",
+                              "The agent gave no reply with text to judge.")]
+        return [await self._evaluate_target(conversation, rubric, context, unit) for unit in units]
+
+    async def _evaluate_target(
+        self, conversation: Conversation, rubric: AdaptiveRubric, context: EvaluationContext, target: Target
+    ) -> EvaluationResult:
+        metric = BUILTIN_METRICS[rubric.metric]
+        usage = JudgeUsage()
+        generated, source, key, problem = await self._items(target, rubric, metric, context, usage)
+        if generated is None:
+            return _unscored(conversation, rubric, context, target, usage, problem or "no_items",
+                             f"Unscored: item generation failed: {problem}")
+        rendered = render_conversation(
+            view(target, metric.view), context.settings.context_token_budget, context.settings.tool_result_max_chars
+        )
+        request = JudgeRequest(
+            messages=system_and_user(VALIDATION_INSTRUCTIONS, _validation_prompt(generated.items, target, rendered.text)),
+            schema=validation_schema(generated.items),
+            schema_name="rubric_item_verdicts",
+            model=rubric.judge_model,
+            temperature=context.settings.temperature,
+            max_output_tokens=context.settings.max_output_tokens,
+            rubric=rubric.name,
+        )
+        requested = rubric.samples or context.settings.samples
+        samples: list[dict[str, ItemVerdict]] = []
+        for _ in range(requested):
+            asked = await ask_judge(context.judge, request, lambda r: parse_verdicts(r, generated.items), usage)
+            if asked.value is not None:
+                samples.append(asked.value)
+            else:
+                problem = asked.error
+        if not samples:
+            return _unscored(conversation, rubric, context, target, usage, problem or "no_reply",
+                             f"Unscored: validation failed: {problem}", rendered.truncated)
+        rows: list[dict[str, Any]] = []
+        for item in generated.items:
+            verdict, yes = majority(samples, item.id)
+            rows.append({"id": item.id, "question": item.question, "importance": item.importance,
+                         "passed": verdict.passed, "reasoning": verdict.reasoning,
+                         "votes": {"yes": yes, "no": len(samples) - yes}})
+        passed = sum(r["passed"] for r in rows)
+        score = passed / len(rows)
+        details: dict[str, Any] = {
+            "metric": metric.name,
+            "items": rows,
+            "passed": passed,
+            "total": len(rows),
+            "all_passed": passed == len(rows),
+            "items_source": source,
+            "items_key": key,
+            "samples": {"requested": requested, "valid": len(samples)},
+        }
+        if generated.intents:
+            details["intents"] = list(generated.intents)
+        return EvaluationResult(
+            outcome="pass" if score >= rubric.pass_threshold else "fail",
+            score=score,
+            reason=_reason(rows),
+            details=details,
+            **_common(conversation, rubric, context, target, usage, rendered.truncated),
+        )
+
+    async def _items(
+        self,
+        target: Target,
+        rubric: AdaptiveRubric,
+        metric: AdaptiveMetric,
+        context: EvaluationContext,
+        usage: JudgeUsage,
+    ) -> tuple[GeneratedItems | None, str, str | None, str | None]:
+        """The items, where they came from (rubric, cached, generated), the cache key and any problem."""
+        if rubric.items:
+            return GeneratedItems(tuple(RubricItem(f"item_{i + 1}", q) for i, q in enumerate(rubric.items))), \
+                "rubric", None, None
+        material = generation_material(target, metric)
+        if material is None:
+            return None, "generated", None, "no_request"
+        system = generation_instructions(rubric, metric)
+        key = items_key(rubric, system, material)
+        cached = self._cache.get(key)
+        if cached is not None:
+            return cached, "cached", key, None
+        waiting = self._in_flight.get(key)
+        if waiting is not None:
+            items, problem = await asyncio.shield(waiting)
+            return items, "cached", key, problem
+        future: asyncio.Future[tuple[GeneratedItems | None, str | None]] = asyncio.get_running_loop().create_future()
+        self._in_flight[key] = future
+        try:
+            request = JudgeRequest(
+                messages=system_and_user(system, material),
+                schema=GENERATION_SCHEMA,
+                schema_name="rubric_items",
+                model=rubric.judge_model,
+                temperature=context.settings.temperature,
+                max_output_tokens=context.settings.max_output_tokens,
+                rubric=rubric.name,
+            )
+            asked = await ask_judge(context.judge, request, lambda r: parse_items(r, rubric.max_items), usage)
+            if asked.value is not None:
+                self._cache.put(key, asked.value)
+            future.set_result((asked.value, asked.error))
+            return asked.value, "generated", key, asked.error
+        except BaseException as exc:
+            future.set_result((None, f"judge_error: error: {exc}"))
+            raise
+        finally:
+            del self._in_flight[key]
+
+
+def generation_instructions(rubric: AdaptiveRubric, metric: AdaptiveMetric) -> str:
+    text = GENERATION_INSTRUCTIONS.format(max_items=rubric.max_items, focus=metric.focus)
+    text += "\n" + (INTENT_INSTRUCTIONS if metric.extracts_intents else NO_INTENTS)
+    if rubric.guidelines:
+        text += "\n\nGuidelines from the rubric's author (follow them):\n" + "\n".join(
+            f"- {g}" for g in rubric.guidelines
+        )
+    return text
+
+
+def generation_material(target: Target, metric: AdaptiveMetric) -> str | None:
+    """What the items are generated from; ``None`` when there is no user request to write them for."""
+    requests = user_requests(target, metric.request_scope)
+    if not requests:
+        return None
+    parts: list[str] = []
+    conversation = target.conversation
+    if metric.uses_agent_setup and conversation.system_instructions:
+        parts.append(f"<agent_instructions>\n{escape_data(conversation.system_instructions)}\n</agent_instructions>")
+    if metric.uses_agent_setup and conversation.tool_definitions:
+        tools = json.dumps([t.model_dump(exclude_none=True) for t in conversation.tool_definitions],
+                           ensure_ascii=False, sort_keys=True)
+        parts.append(f"<tool_definitions>\n{escape_data(tools)}\n</tool_definitions>")
+    if metric.request_scope == "last_user":
+        parts.append(f"<user_request>\n{escape_data(requests[0])}\n</user_request>")
+    else:
+        numbered = "\n".join(f'<message n="{n}">{escape_data(r)}</message>' for n, r in enumerate(requests, 1))
+        parts.append(f"<user_messages>\n{numbered}\n</user_messages>")
+    return "\n".join(parts)
+
+
+def items_key(rubric: AdaptiveRubric, system: str, material: str) -> str:
+    """Hash of the rubric version, the generation instructions and the normalised request material."""
+    canonical = json.dumps([rubric.name, rubric.version, system, normalise(material)], ensure_ascii=False)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def _validation_prompt(items: Sequence[RubricItem], target: Target, rendered: str) -> str:
+    checklist = "\n".join(f"{item.id}: {escape_data(item.question)}" for item in items)
+    focus = REPLY_FOCUS.format(index=target.response_index)
+    return f"<checklist>\n{checklist}\n</checklist>\n{focus}\n{rendered}"
+
+
+def _reason(rows: list[dict[str, Any]]) -> str:
+    failed = [r for r in rows if not r["passed"]]
+    head = f"{len(rows) - len(failed)} of {len(rows)} items passed."
+    if not failed:
+        return head
+    shown = "; ".join(f"{r['question']} ({r['reasoning']})" if r["reasoning"] else r["question"] for r in failed[:3])
+    more = f"; and {len(failed) - 3} more" if len(failed) > 3 else ""
+    return f"{head} Failed: {shown}{more}"
+
+
+def _common(
+    conversation: Conversation,
+    rubric: AdaptiveRubric,
+    context: EvaluationContext,
+    target: Target | None,
+    usage: JudgeUsage,
+    truncated: bool = False,
+) -> dict[str, Any]:
+    return {
+        "conversation_id": conversation.id,
+        "trace_ids": conversation.trace_ids,
+        "agent": conversation.agent,
+        "rubric": rubric.name,
+        "rubric_version": rubric.version or "",
+        "rubric_kind": rubric.kind,
+        "turn_index": target.turn_index if target else None,
+        "judge_model": rubric.judge_model or context.judge.model,
+        "threshold": rubric.pass_threshold,
+        "judge_calls": usage.calls,
+        "input_tokens": usage.input_tokens,
+        "output_tokens": usage.output_tokens,
+        "cost_usd": usage.cost_usd,
+        "response_mode": usage.mode,
+        "context_truncated": truncated or conversation.truncated,
+        "prompt": usage.prompts[-1] if usage.prompts and context.store_content else None,
+        "raw_reply": "\n---\n".join(usage.replies) if usage.replies and context.store_content else None,
+    }
+
+
+def _unscored(
+    conversation: Conversation,
+    rubric: AdaptiveRubric,
+    context: EvaluationContext,
+    target: Target | None,
+    usage: JudgeUsage,
+    problem: str,
+    reason: str,
+    truncated: bool = False,
+) -> EvaluationResult:
+    return EvaluationResult(
+        outcome="unscored", unscored_reason=problem, reason=reason,
+        **_common(conversation, rubric, context, target, usage, truncated),
+    )

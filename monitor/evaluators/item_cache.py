@@ -1,0 +1,79 @@
+"""Generated adaptive-rubric items, cached by a hash of the normalised request so a repeated request costs no
+generation call.
+
+The key covers the rubric (name and version, so an edit regenerates), the metric and everything the generation
+prompt contains, normalised (case-folded, whitespace collapsed). ``InMemoryItemCache`` is the default; a store-backed
+cache only has to implement ``ItemCache`` and can keep ``GeneratedItems.to_json()``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+
+@dataclass(frozen=True)
+class RubricItem:
+    id: str
+    question: str
+    importance: str | None = None
+    """``high``, ``medium`` or ``low`` for generated items; recorded, not used in the score (as in Vertex)."""
+
+
+@dataclass(frozen=True)
+class GeneratedItems:
+    items: tuple[RubricItem, ...]
+    intents: tuple[str, ...] = ()
+    """The user's goals, for the multi-turn agent metrics."""
+
+    def to_json(self) -> str:
+        return json.dumps({
+            "items": [{"id": i.id, "question": i.question, "importance": i.importance} for i in self.items],
+            "intents": list(self.intents),
+        }, ensure_ascii=False)
+
+    @classmethod
+    def from_json(cls, text: str) -> GeneratedItems:
+        data: dict[str, Any] = json.loads(text)
+        return cls(
+            items=tuple(RubricItem(i["id"], i["question"], i.get("importance")) for i in data["items"]),
+            intents=tuple(data.get("intents", ())),
+        )
+
+
+class ItemCache(Protocol):
+    def get(self, key: str) -> GeneratedItems | None: ...
+
+    def put(self, key: str, items: GeneratedItems) -> None: ...
+
+
+class InMemoryItemCache:
+    """Least-recently-used, at most ``capacity`` keys; capacity 0 disables caching."""
+
+    def __init__(self, capacity: int = 10_000) -> None:
+        self._capacity = capacity
+        self._entries: OrderedDict[str, GeneratedItems] = OrderedDict()
+        self.hits = 0
+        self.misses = 0
+
+    def get(self, key: str) -> GeneratedItems | None:
+        found = self._entries.get(key)
+        if found is None:
+            self.misses += 1
+            return None
+        self._entries.move_to_end(key)
+        self.hits += 1
+        return found
+
+    def put(self, key: str, items: GeneratedItems) -> None:
+        if self._capacity <= 0:
+            return
+        self._entries[key] = items
+        self._entries.move_to_end(key)
+        while len(self._entries) > self._capacity:
+            self._entries.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._entries)

@@ -1,0 +1,97 @@
+"""Which reply of a conversation a Vertex-style rubric judges, and which part of the trace the judge sees with it.
+
+A conversation-level rubric judges the final reply (the last assistant message with text) with the whole
+conversation as context; a turn-level rubric judges every assistant message with text, each with the messages up
+to it. Messages that only call tools are steps of a turn, not replies.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from monitor.models import Conversation, Message, Part
+from monitor.rubrics.builtin import RequestScope, TraceView
+
+
+@dataclass(frozen=True)
+class Target:
+    """One reply to judge."""
+
+    turn_index: int | None
+    """``None`` for a conversation-level verdict, else the index of the judged assistant message."""
+    response_index: int
+    conversation: Conversation
+    """The conversation as the judge may see it: for a turn, cut just after the judged reply."""
+
+    @property
+    def response(self) -> Message:
+        return self.conversation.messages[self.response_index]
+
+
+def reply_indices(conversation: Conversation) -> list[int]:
+    return [i for i, m in enumerate(conversation.messages) if m.role == "assistant" and m.text.strip()]
+
+
+def targets(conversation: Conversation, level: str) -> list[Target]:
+    """The replies to judge; empty when the agent never replied with text."""
+    replies = reply_indices(conversation)
+    if not replies:
+        return []
+    if level == "conversation":
+        return [Target(None, replies[-1], conversation)]
+    return [
+        Target(i, i, conversation.model_copy(update={"messages": conversation.messages[: i + 1]}))
+        for i in replies
+    ]
+
+
+def last_user_index(conversation: Conversation, before: int) -> int | None:
+    for index in range(before - 1, -1, -1):
+        if conversation.messages[index].role == "user":
+            return index
+    return None
+
+
+def user_requests(target: Target, scope: RequestScope) -> list[str]:
+    """The user's words the items are written for (and cached by)."""
+    messages = target.conversation.messages[: target.response_index]
+    if scope == "all_user":
+        return [m.text for m in messages if m.role == "user" and m.text.strip()]
+    index = last_user_index(target.conversation, target.response_index)
+    return [messages[index].text] if index is not None and messages[index].text.strip() else []
+
+
+def _text_only(message: Message) -> Message:
+    return message.model_copy(update={"parts": tuple(p for p in message.parts if p.type == "text")})
+
+
+def view(target: Target, kind: TraceView) -> Conversation:
+    """The part of the trace the judge sees for a metric (see ``TraceView``)."""
+    conversation = target.conversation
+    messages = conversation.messages[: target.response_index + 1]
+    if kind == "agent_conversation":
+        return conversation
+    request = last_user_index(conversation, target.response_index)
+    if kind == "agent_turn":
+        return conversation.model_copy(update={"messages": messages[request or 0:]})
+    bare: dict[str, Any] = {"system_instructions": None, "tool_definitions": ()}
+    if kind == "final_response":
+        kept = (messages[request], _text_only(messages[-1])) if request is not None else (_text_only(messages[-1]),)
+        return conversation.model_copy(update={**bare, "messages": kept})
+    dialogue = tuple(_text_only(m) for m in messages if m.role in ("user", "assistant") and m.text.strip())
+    return conversation.model_copy(update={**bare, "messages": dialogue})
+
+
+def escape_data(text: str) -> str:
+    """Escape ``<`` and ``>`` so that data cannot close the tag it is enclosed in and speak to the judge."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def tool_results(messages: tuple[Message, ...]) -> list[Part]:
+    return [p for m in messages for p in m.parts if p.type == "tool_call_response"]
+
+
+def as_text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True)

@@ -1,0 +1,247 @@
+"""Azure AI Foundry's weighted rubric: every dimension scored 1 to 5 in ONE judge call per evaluation.
+
+Scoring (``foundry_score``) follows foundry-rubrics.md §2: only applicable dimensions count; by default
+``score = Σ wᵢ·sᵢ / Σ wᵢ / 5`` (it reproduces the published outputs to 10 decimals), ``minmax`` gives
+``(mean − 1) / 4``; ``passed = score >= pass_threshold and no applicable dimension scored 1``.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from monitor.evaluators.base import (
+    EvaluationContext,
+    InvalidReply,
+    JudgeUsage,
+    ask_judge,
+    system_and_user,
+)
+from monitor.evaluators.cache import VerdictCache
+from monitor.evaluators.prompts import TURN_FOCUS, WEIGHTED_INSTRUCTIONS
+from monitor.judge.base import JudgeRequest
+from monitor.judge.render import render_conversation
+from monitor.models import Conversation, DimensionScore, EvaluationResult
+from monitor.rubrics.schema import WeightedRubric
+
+
+def verdict_schema(rubric: WeightedRubric) -> dict[str, Any]:
+    """The strict JSON schema of a verdict: every dimension id a required property."""
+    properties: dict[str, Any] = {}
+    for dimension in rubric.dimensions:
+        applicable: dict[str, Any] = {"type": "boolean"}
+        score: dict[str, Any] = {"type": ["integer", "null"], "minimum": 1, "maximum": 5}
+        if dimension.always_applicable:
+            applicable = {"type": "boolean", "enum": [True]}
+            score = {"type": "integer", "minimum": 1, "maximum": 5}
+        properties[dimension.id] = {
+            "type": "object",
+            "properties": {"reason": {"type": "string"}, "applicable": applicable, "score": score},
+            "required": ["reason", "applicable", "score"],
+            "additionalProperties": False,
+        }
+    return {
+        "type": "object",
+        "properties": {
+            "dimensions": {
+                "type": "object",
+                "properties": properties,
+                "required": [d.id for d in rubric.dimensions],
+                "additionalProperties": False,
+            }
+        },
+        "required": ["dimensions"],
+        "additionalProperties": False,
+    }
+
+
+def parse_verdict(reply: Any, rubric: WeightedRubric) -> tuple[DimensionScore, ...]:
+    """Check a parsed reply against the rubric's own scale; anything off raises ``InvalidReply``."""
+    if not isinstance(reply, dict) or not isinstance(reply.get("dimensions"), dict):
+        raise InvalidReply("reply has no 'dimensions' object")
+    given: dict[str, Any] = reply["dimensions"]
+    scores: list[DimensionScore] = []
+    for dimension in rubric.dimensions:
+        entry = given.get(dimension.id)
+        if not isinstance(entry, dict):
+            raise InvalidReply(f"dimension {dimension.id!r} is missing")
+        applicable = entry.get("applicable")
+        if not isinstance(applicable, bool):
+            raise InvalidReply(f"dimension {dimension.id!r}: 'applicable' is not a boolean")
+        if dimension.always_applicable and not applicable:
+            raise InvalidReply(f"dimension {dimension.id!r} is always applicable but came back not applicable")
+        score = entry.get("score")
+        if applicable:
+            # bool is an int subclass: true/false are not scores.
+            if isinstance(score, bool) or not isinstance(score, int) or not 1 <= score <= 5:
+                raise InvalidReply(f"dimension {dimension.id!r}: score {score!r} is not an integer from 1 to 5")
+        reason = entry.get("reason")
+        scores.append(DimensionScore(
+            id=dimension.id,
+            score=score if applicable else None,
+            applicable=applicable,
+            weight=dimension.weight,
+            reason=reason if isinstance(reason, str) else "",
+        ))
+    unknown = sorted(set(given) - {d.id for d in rubric.dimensions})
+    if unknown:
+        raise InvalidReply(f"reply has dimensions the rubric does not: {', '.join(unknown)}")
+    return tuple(scores)
+
+
+def combine_samples(samples: Sequence[tuple[DimensionScore, ...]]) -> tuple[DimensionScore, ...]:
+    """Median score per dimension (low median, so scores stay on the 1-5 integer scale); applicability by
+    majority, a tie counting as not applicable."""
+    if len(samples) == 1:
+        return samples[0]
+    combined: list[DimensionScore] = []
+    for position, first in enumerate(samples[0]):
+        votes = [sample[position] for sample in samples]
+        applicable_votes = sum(v.applicable for v in votes)
+        applicable = applicable_votes * 2 > len(votes)
+        scores = [v.score for v in votes if v.applicable and v.score is not None]
+        score = statistics.median_low(scores) if applicable and scores else None
+        reasons = [v.reason for v in votes if v.applicable == applicable and v.reason]
+        combined.append(first.model_copy(update={
+            "applicable": applicable, "score": score, "reason": reasons[0] if reasons else "",
+        }))
+    return tuple(combined)
+
+
+@dataclass(frozen=True)
+class FoundryScore:
+    score: float | None
+    passed: bool
+    reason: str
+
+
+def foundry_score(dimensions: Sequence[DimensionScore], rubric: WeightedRubric) -> FoundryScore:
+    scored = [d for d in dimensions if d.applicable and d.score is not None]
+    if not scored:
+        return FoundryScore(None, False, "No dimension was applicable.")
+    total_weight = sum(d.weight for d in scored)
+    mean = sum(d.weight * (d.score or 0) for d in scored) / total_weight
+    score = mean / 5 if rubric.normalization == "div5" else (mean - 1) / 4
+    ones = [d for d in scored if d.score == 1]
+    passed = score >= rubric.pass_threshold and not ones
+    return FoundryScore(score, passed, _reason(scored, ones, passed))
+
+
+def _reason(scored: list[DimensionScore], ones: list[DimensionScore], passed: bool) -> str:
+    def named(items: list[DimensionScore]) -> str:
+        parts = [f"{d.id} ({d.score})" for d in items]
+        return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + f", and {parts[-1]}"
+
+    if ones:
+        drivers = sorted(ones, key=lambda d: -d.weight)[:3]
+        head = f"The verdict is driven by very low {named(drivers)}."
+    elif passed:
+        drivers = sorted(scored, key=lambda d: (-(d.score or 0) * d.weight, -d.weight))[:3]
+        head = f"The verdict is driven most by {named(drivers)}."
+    else:
+        drivers = sorted(scored, key=lambda d: ((d.score or 0), -d.weight))[:3]
+        head = f"The verdict is driven most by low {named(drivers)}."
+    detail = drivers[0].reason.strip()
+    return f"{head} {detail}" if detail else head
+
+
+class WeightedEvaluator:
+    kinds = ("weighted",)
+
+    def __init__(self, cache: VerdictCache | None = None) -> None:
+        self._cache = cache or VerdictCache(0)
+
+    async def evaluate(
+        self, conversation: Conversation, rubric: WeightedRubric, context: EvaluationContext
+    ) -> list[EvaluationResult]:
+        if rubric.evaluation_level == "conversation":
+            return [await self._evaluate_unit(conversation, rubric, context, None)]
+        turns = [i for i, m in enumerate(conversation.messages) if m.role == "assistant" and m.text]
+        return [await self._evaluate_unit(conversation, rubric, context, i) for i in turns]
+
+    async def _evaluate_unit(
+        self, conversation: Conversation, rubric: WeightedRubric, context: EvaluationContext, turn: int | None
+    ) -> EvaluationResult:
+        settings = context.settings
+        rendered = render_conversation(
+            conversation, settings.context_token_budget, settings.tool_result_max_chars, upto=turn
+        )
+        model = rubric.judge_model or context.judge.model
+        rubric_text = json.dumps(
+            {"name": rubric.name, "description": rubric.description,
+             "dimensions": [d.model_dump() for d in rubric.dimensions]},
+            ensure_ascii=False, indent=1,
+        )
+        system = f"{WEIGHTED_INSTRUCTIONS}\n\n<rubric>\n{rubric_text}\n</rubric>"
+        user = rendered.text if turn is None else TURN_FOCUS.format(turn_index=turn) + "\n" + rendered.text
+        request = JudgeRequest(
+            messages=system_and_user(system, user),
+            schema=verdict_schema(rubric),
+            schema_name="rubric_verdict",
+            model=rubric.judge_model,
+            temperature=settings.temperature,
+            max_output_tokens=settings.max_output_tokens,
+            rubric=rubric.name,
+        )
+        cache_key = (rendered.text, rubric.name, rubric.version, model, turn)
+        usage = JudgeUsage()
+        cached = self._cache.get(cache_key)
+        samples: list[tuple[DimensionScore, ...]] = []
+        problem: str | None = None
+        if cached is not None:
+            samples = [cached]
+        else:
+            for _ in range(rubric.samples or settings.samples):
+                asked = await ask_judge(context.judge, request, lambda r: parse_verdict(r, rubric), usage)
+                if asked.value is not None:
+                    samples.append(asked.value)
+                else:
+                    problem = asked.error
+        base = dict(
+            conversation_id=conversation.id,
+            trace_ids=conversation.trace_ids,
+            agent=conversation.agent,
+            rubric=rubric.name,
+            rubric_version=rubric.version or "",
+            rubric_kind=rubric.kind,
+            turn_index=turn,
+            judge_model=model,
+            threshold=rubric.pass_threshold,
+            judge_calls=usage.calls,
+            input_tokens=usage.input_tokens,
+            output_tokens=usage.output_tokens,
+            cost_usd=usage.cost_usd,
+            response_mode=usage.mode,
+            context_truncated=rendered.truncated or conversation.truncated,
+            prompt=usage.prompts[-1] if usage.prompts and context.store_content else None,
+            raw_reply="\n---\n".join(usage.replies) if usage.replies and context.store_content else None,
+        )
+        if not samples:
+            return EvaluationResult(outcome="unscored", unscored_reason=problem or "no_reply",
+                                    reason=f"Unscored: {problem}", **base)  # type: ignore[arg-type]
+        dimensions = combine_samples(samples)
+        if cached is None:
+            self._cache.put(cache_key, dimensions)
+        verdict = foundry_score(dimensions, rubric)
+        if verdict.score is None:
+            return EvaluationResult(outcome="unscored", unscored_reason="no_applicable_dimension",
+                                    reason=verdict.reason, dimension_scores=dimensions, **base)  # type: ignore[arg-type]
+        details: dict[str, Any] = {}
+        if len(samples) > 1 or problem:
+            details["samples"] = {"valid": len(samples), "requested": rubric.samples or settings.samples}
+        if cached is not None:
+            details["cached"] = True
+        vote = Counter(d.applicable for d in dimensions)
+        details["applicable_dimensions"] = vote[True]
+        return EvaluationResult(
+            outcome="pass" if verdict.passed else "fail",
+            score=verdict.score,
+            reason=verdict.reason,
+            dimension_scores=dimensions,
+            details=details,
+            **base,  # type: ignore[arg-type]
+        )

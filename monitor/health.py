@@ -1,0 +1,111 @@
+"""The HTTP endpoint: ``/metrics`` for Prometheus, and probes that mean something.
+
+- ``/livez``: 200 while cycles keep finishing (whatever their outcome); 503 when none finished for 3 intervals,
+  which is a stuck scheduler: restart it.
+- ``/healthz``: 200 ``ok``, or 503 ``degraded`` naming why (last cycle failed, judge refusing our credential,
+  source refusing our credential). Degraded is not dead: the daemon keeps retrying every cycle.
+- ``/readyz``: 200 when the store answers.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from monitor.models import utc_now
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class HealthState:
+    interval: timedelta
+    started_at: datetime = field(default_factory=utc_now)
+    last_finished_at: datetime | None = None
+    last_failures: list[str] = field(default_factory=list)
+    checks: dict[str, Callable[[], str | None]] = field(default_factory=dict)
+    """Named checks returning a problem, or None when fine (judge credential, store)."""
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def cycle_finished(self, failures: list[str]) -> None:
+        with self._lock:
+            self.last_finished_at = utc_now()
+            self.last_failures = list(failures)
+
+    def problems(self) -> list[str]:
+        with self._lock:
+            found = [f"last cycle: {f}" for f in self.last_failures]
+        for name, check in self.checks.items():
+            problem = check()
+            if problem:
+                found.append(f"{name}: {problem}")
+        return found
+
+    def alive(self, now: datetime | None = None) -> bool:
+        now = now or utc_now()
+        reference = self.last_finished_at or self.started_at
+        return now - reference <= self.interval * 3 + timedelta(minutes=5)
+
+
+class MonitorHTTPServer:
+    """Serves ``/metrics``, ``/livez``, ``/healthz`` and ``/readyz`` on a background thread."""
+
+    def __init__(self, host: str, port: int, registry: CollectorRegistry, health: HealthState,
+                 ready: Callable[[], str | None]) -> None:
+        outer_registry, outer_health, outer_ready = registry, health, ready
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+                log.debug("http: " + format, *args)
+
+            def _send(self, status: int, body: bytes, content_type: str) -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def _json(self, status: int, payload: dict[str, Any]) -> None:
+                self._send(status, json.dumps(payload).encode(), "application/json")
+
+            def do_GET(self) -> None:
+                path = self.path.split("?", 1)[0]
+                if path == "/metrics":
+                    self._send(200, generate_latest(outer_registry), CONTENT_TYPE_LATEST)
+                elif path == "/livez":
+                    alive = outer_health.alive()
+                    self._json(200 if alive else 503, {"status": "ok" if alive else "stuck"})
+                elif path == "/healthz":
+                    problems = outer_health.problems()
+                    self._json(503 if problems else 200,
+                               {"status": "degraded" if problems else "ok", "problems": problems})
+                elif path == "/readyz":
+                    problem = outer_ready()
+                    self._json(503 if problem else 200, {"status": "not_ready" if problem else "ok",
+                                                         "problem": problem})
+                else:
+                    self._json(404, {"error": f"no such path {path!r}"})
+
+        self._server = ThreadingHTTPServer((host, port), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, name="metrics-http", daemon=True)
+
+    @property
+    def address(self) -> tuple[str, int]:
+        host, port = self._server.server_address[:2]
+        return str(host), int(port)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()

@@ -1,0 +1,332 @@
+"""The one place that knows the order of the stages: pull → store → assemble → sample → judge → record.
+
+``Pipeline.run_cycle`` runs one cycle and returns a ``CycleReport``. Each stage's failure is isolated: a source
+that fails this cycle still lets the conversations already stored be scored; a judge that cannot be reached
+leaves its evaluations pending for the next cycle (after ``MAX_JUDGE_ATTEMPTS`` cycles they are recorded as
+unscored, so nothing waits forever and nothing is lost).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Protocol
+
+from monitor.assemble import assemble
+from monitor.errors import JudgeAuthError, JudgeError, SourceError, StoreError
+from monitor.evaluators.base import EvaluationContext, Evaluator
+from monitor.metrics import MonitorMetrics
+from monitor.models import Conversation, EvaluationResult, utc_now
+from monitor.sampling import is_sampled
+from monitor.settings import ConversationSettings, JudgeSettings, SamplingSettings
+from monitor.sources.base import TraceSource
+from monitor.store.base import PendingConversation, ResultStore
+
+log = logging.getLogger(__name__)
+
+MAX_JUDGE_ATTEMPTS = 3
+"""Cycles in which the judge failed (server errors, timeouts) before an evaluation is recorded as unscored."""
+
+
+class RubricProvider(Protocol):
+    def refresh(self) -> Any: ...
+
+    def for_agent(self, agent_name: str | None, agent_id: str | None) -> list[Any]: ...
+
+
+@dataclass
+class CycleReport:
+    started_at: datetime
+    finished_at: datetime | None = None
+    spans_read: int = 0
+    spans_new: int = 0
+    conversations_ready: int = 0
+    evaluations: Counter[str] = field(default_factory=Counter)
+    """Recorded evaluations by outcome."""
+    skipped: Counter[str] = field(default_factory=Counter)
+    """Evaluations not made this cycle, by reason."""
+    failures: list[str] = field(default_factory=list)
+    """One line per failed stage; empty for a clean cycle."""
+    stopped_early: bool = False
+    judge_calls: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+
+@dataclass(frozen=True)
+class _Task:
+    pending: PendingConversation
+    conversation: Conversation
+    rubric: Any
+
+
+@dataclass
+class Pipeline:
+    source: TraceSource
+    store: ResultStore
+    rubrics: RubricProvider
+    evaluators: dict[str, Evaluator]
+    context: EvaluationContext
+    metrics: MonitorMetrics
+    conversation_settings: ConversationSettings
+    sampling_settings: SamplingSettings
+    judge_settings: JudgeSettings
+    completeness_delay: timedelta = timedelta(0)
+    """Spans younger than this may not have reached the source yet (App Insights ingestion delay)."""
+    stop: threading.Event = field(default_factory=threading.Event)
+    """Set on SIGTERM: evaluations in flight finish and are recorded; no new one starts."""
+    loop: asyncio.AbstractEventLoop = field(default_factory=asyncio.new_event_loop)
+
+    def run_cycle(self, now: datetime | None = None) -> CycleReport:
+        now = now or utc_now()
+        report = CycleReport(started_at=now)
+        self._refresh_rubrics(report)
+        self._pull(report, now)
+        try:
+            ready = self._ready(now)
+        except StoreError as exc:
+            self._fail(report, "store", exc)
+            ready = []
+        report.conversations_ready = len(ready)
+        tasks, waiting = self._plan(ready, report, now)
+        if tasks:
+            self.loop.run_until_complete(self._judge_all(tasks, waiting, report, now))
+        self._prune(report, now)
+        report.finished_at = utc_now()
+        return report
+
+    # ① pull ------------------------------------------------------------------------------------------------------
+
+    def _pull(self, report: CycleReport, now: datetime) -> None:
+        name = self.source.name
+        try:
+            checkpoint = self.store.checkpoint(name)
+            for batch in self.source.pull(checkpoint, now):
+                stored = self.store.add_spans(name, batch.spans, batch.checkpoint,
+                                              self.conversation_settings.late_turns)
+                report.spans_read += len(batch.spans)
+                report.spans_new += stored.new
+                self.metrics.spans.labels(name).inc(len(batch.spans))
+                for reason, count in batch.rejected.items():
+                    self.metrics.spans_rejected.labels(name, reason).inc(count)
+                if stored.late_ignored:
+                    log.info("%d late turn(s) of already scored conversations ignored (late_turns: ignore)",
+                             stored.late_ignored)
+                if self.stop.is_set():
+                    break
+        except SourceError as exc:
+            self.metrics.source_errors.labels(name, exc.kind).inc()
+            self._fail(report, "source", exc)
+        except StoreError as exc:
+            self._fail(report, "store", exc)
+
+    # ②③ assemble and sample ----------------------------------------------------------------------------------
+
+    def _ready(self, now: datetime) -> list[tuple[PendingConversation, Conversation]]:
+        horizon = now - self.completeness_delay
+        pending = self.store.ready_conversations(
+            idle_before=horizon - timedelta(seconds=self.conversation_settings.idle_timeout_seconds),
+            started_before=horizon - timedelta(seconds=self.conversation_settings.max_age_seconds),
+        )
+        ready: list[tuple[PendingConversation, Conversation]] = []
+        for item in pending:
+            assembly = assemble(self.store.spans_of(item.key))
+            for reason, count in assembly.rejected.items():
+                self.metrics.spans_rejected.labels(self.source.name, reason).inc(count)
+            conversation = _one_conversation(item.key, assembly.conversations)
+            self.metrics.conversations.labels("assembled").inc()
+            if conversation.truncated:
+                self.metrics.conversations_truncated.labels(self.source.name).inc()
+            ready.append((item, conversation))
+        return ready
+
+    def _plan(
+        self, ready: Sequence[tuple[PendingConversation, Conversation]], report: CycleReport, now: datetime
+    ) -> tuple[list[_Task], Counter[str]]:
+        """Sampling, budgets and the per-cycle cap decide which evaluations run now. ``waiting`` counts, per
+        conversation key, the evaluations it still needs; a conversation is marked scored when it reaches 0."""
+        tasks: list[_Task] = []
+        waiting: Counter[str] = Counter()
+        cap = self.sampling_settings.max_per_cycle
+        for pending, conversation in ready:
+            rubrics = self.rubrics.for_agent(conversation.agent_name, conversation.agent_id)
+            sampled = deferred = 0
+            for rubric in rubrics:
+                rate = rubric.sampling_rate if rubric.sampling_rate is not None else self.sampling_settings.default_rate
+                if not is_sampled(conversation.id, rate):
+                    self._skip(report, rubric.name, "sampled_out")
+                    continue
+                if self.store.has_result(conversation.id, rubric.name, rubric.version, pending.revision):
+                    self.metrics.conversations.labels("already_scored").inc()
+                    continue
+                if self._budget_spent(rubric, now):
+                    self._skip(report, rubric.name, "budget_exhausted")
+                    continue
+                sampled += 1
+                if len(tasks) >= cap:
+                    deferred += 1
+                    self._skip(report, rubric.name, "cycle_cap")
+                    continue
+                tasks.append(_Task(pending, conversation, rubric))
+                waiting[pending.key] += 1
+            if sampled:
+                self.metrics.conversations.labels("sampled").inc()
+            else:
+                self.metrics.conversations.labels("skipped").inc()
+            if not waiting[pending.key] and not deferred:
+                self.store.mark_scored(pending.key, pending.revision)
+        return tasks, waiting
+
+    def _budget_spent(self, rubric: Any, now: datetime) -> bool:
+        if rubric.daily_budget_tokens is None and rubric.daily_budget_usd is None:
+            return False
+        tokens, usd = self.store.usage(rubric.name, now.date())
+        spent = ((rubric.daily_budget_tokens is not None and tokens >= rubric.daily_budget_tokens)
+                 or (rubric.daily_budget_usd is not None and usd >= rubric.daily_budget_usd))
+        self._publish_budget(rubric, tokens, usd, spent)
+        return spent
+
+    def _publish_budget(self, rubric: Any, tokens: int, usd: float, spent: bool) -> None:
+        if rubric.daily_budget_tokens is not None:
+            self.metrics.budget_remaining.labels(rubric.name, "tokens").set(max(0, rubric.daily_budget_tokens - tokens))
+        if rubric.daily_budget_usd is not None:
+            self.metrics.budget_remaining.labels(rubric.name, "usd").set(max(0.0, rubric.daily_budget_usd - usd))
+        self.metrics.budget_exhausted.labels(rubric.name).set(1 if spent else 0)
+
+    # ④⑤ judge and record ---------------------------------------------------------------------------------------
+
+    async def _judge_all(self, tasks: list[_Task], waiting: Counter[str], report: CycleReport,
+                         now: datetime) -> None:
+        gate = asyncio.Semaphore(self.judge_settings.concurrency)
+        incomplete: set[str] = set()
+
+        async def run(task: _Task) -> None:
+            async with gate:
+                if self.stop.is_set():
+                    report.stopped_early = True
+                    incomplete.add(task.pending.key)
+                    return
+                done = await self._judge_one(task, report, now)
+            if not done:
+                incomplete.add(task.pending.key)
+            waiting[task.pending.key] -= 1
+            if waiting[task.pending.key] == 0 and task.pending.key not in incomplete:
+                self.store.mark_scored(task.pending.key, task.pending.revision)
+                self.metrics.conversations.labels("evaluated").inc()
+
+        await asyncio.gather(*(run(t) for t in tasks))
+
+    async def _judge_one(self, task: _Task, report: CycleReport, now: datetime) -> bool:
+        """Evaluate and record one (conversation, rubric); False when it must be tried again next cycle."""
+        rubric, conversation = task.rubric, task.conversation
+        evaluator = self.evaluators.get(rubric.kind)
+        if evaluator is None:
+            self._skip(report, rubric.name, "no_evaluator")
+            return True
+        try:
+            results = await evaluator.evaluate(conversation, rubric, self.context)
+        except JudgeAuthError as exc:
+            # Not the conversation's fault: it waits, however long the credential stays broken.
+            self._skip(report, rubric.name, "judge_unavailable")
+            self._note_failure(report, "judge", exc)
+            return False
+        except JudgeError as exc:
+            attempts = self.store.record_failure(task.pending.key, rubric.name, task.pending.revision)
+            if attempts < MAX_JUDGE_ATTEMPTS:
+                self._skip(report, rubric.name, "judge_unavailable")
+                self._note_failure(report, "judge", exc)
+                return False
+            results = [_unscored(conversation, rubric, self.context, f"judge_error: {type(exc).outcome}: {exc}")]
+        except Exception:  # noqa: BLE001 - one bad evaluation must not stop the others
+            log.exception("evaluating conversation %r with rubric %r failed", conversation.id, rubric.name)
+            self.metrics.stage_failures.labels("evaluate").inc()
+            self._skip(report, rubric.name, "evaluator_error")
+            return False
+        for result in results:
+            self._record(result.model_copy(update={"revision": task.pending.revision}), report, now)
+        return True
+
+    def _record(self, result: EvaluationResult, report: CycleReport, now: datetime) -> None:
+        report.judge_calls += result.judge_calls
+        self.store.add_usage(result.rubric, now.date(), result.input_tokens + result.output_tokens, result.cost_usd)
+        if not self.store.record(result):
+            self.metrics.conversations.labels("already_scored").inc()
+            return
+        report.evaluations[result.outcome] += 1
+        m = self.metrics
+        m.evaluations.labels(result.rubric, result.rubric_version, result.agent, result.outcome).inc()
+        if result.score is not None and result.outcome != "unscored":
+            m.score.labels(result.rubric, result.rubric_version, result.agent).observe(result.score)
+            for dimension in result.dimension_scores:
+                if dimension.applicable and dimension.score is not None:
+                    m.dimension_score.labels(result.rubric, result.rubric_version, result.agent,
+                                             dimension.id).observe(dimension.score)
+
+    # housekeeping ----------------------------------------------------------------------------------------------
+
+    def _refresh_rubrics(self, report: CycleReport) -> None:
+        try:
+            self.rubrics.refresh()
+        except Exception as exc:  # noqa: BLE001 - a broken file keeps the previous rubrics active
+            self._fail(report, "rubrics", exc)
+
+    def _prune(self, report: CycleReport, now: datetime) -> None:
+        try:
+            self.store.prune(now - timedelta(days=self.conversation_settings.retention_days))
+        except StoreError as exc:
+            self._fail(report, "store", exc)
+
+    def _skip(self, report: CycleReport, rubric: str, reason: str) -> None:
+        report.skipped[reason] += 1
+        self.metrics.skipped.labels(rubric, reason).inc()
+
+    def _note_failure(self, report: CycleReport, stage: str, exc: Exception) -> None:
+        line = f"{stage}: {type(exc).__name__}: {exc}"
+        if line not in report.failures:
+            log.warning("%s", line)
+            report.failures.append(line)
+            self.metrics.stage_failures.labels(stage).inc()
+
+    def _fail(self, report: CycleReport, stage: str, exc: Exception) -> None:
+        self._note_failure(report, stage, exc)
+
+    def close(self) -> None:
+        self.loop.run_until_complete(self.context.judge.aclose())
+        self.loop.close()
+
+
+def _one_conversation(key: str, conversations: Sequence[Conversation]) -> Conversation:
+    """The store groups spans by the same rule as the assembler, so one key gives one conversation; should the
+    assembler still split them, the parts are joined in time order rather than scored as fragments."""
+    if not conversations:
+        return Conversation(id=key)
+    if len(conversations) == 1:
+        return conversations[0].model_copy(update={"id": key})
+    ordered = sorted(conversations, key=lambda c: c.started_at or utc_now())
+    first = ordered[0]
+    return first.model_copy(update={
+        "id": key,
+        "trace_ids": tuple(t for c in ordered for t in c.trace_ids),
+        "messages": tuple(m for c in ordered for m in c.messages),
+        "input_tokens": sum(c.input_tokens for c in ordered),
+        "output_tokens": sum(c.output_tokens for c in ordered),
+        "span_count": sum(c.span_count for c in ordered),
+        "truncated": any(c.truncated for c in ordered),
+        "last_activity_at": ordered[-1].last_activity_at,
+    })
+
+
+def _unscored(conversation: Conversation, rubric: Any, context: EvaluationContext, reason: str) -> EvaluationResult:
+    return EvaluationResult(
+        conversation_id=conversation.id, trace_ids=conversation.trace_ids, agent=conversation.agent,
+        rubric=rubric.name, rubric_version=rubric.version or "", rubric_kind=rubric.kind,
+        judge_model=rubric.judge_model or context.judge.model, outcome="unscored", unscored_reason=reason,
+        reason=f"Unscored: {reason}",
+    )

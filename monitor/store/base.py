@@ -1,0 +1,87 @@
+"""⑤ The store: spans waiting for their conversation to finish, source checkpoints, and results.
+
+Spans are kept (deduplicated by span id) until their conversation has been idle long enough to be scored; a
+source's checkpoint is stored in the same transaction as the spans it covers, so a position never advances past
+spans that are not stored. Results are unique on (conversation, rubric, rubric version, turn, revision): a verdict
+is recorded exactly once, and a conversation already scored is never sent to the judge again, across restarts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import date, datetime
+from typing import Literal, Protocol
+
+from monitor.metrics import WindowAggregate
+from monitor.models import EvaluationResult, SpanRecord
+
+LatePolicy = Literal["ignore", "rescore"]
+
+
+@dataclass(frozen=True)
+class StoredSpans:
+    """What ``add_spans`` did: new spans stored, duplicates ignored, late turns of scored conversations."""
+
+    new: int
+    duplicates: int
+    late_ignored: int = 0
+    reopened: int = 0
+    """Scored conversations reopened for a new revision (``late_turns: rescore``)."""
+
+
+@dataclass(frozen=True)
+class PendingConversation:
+    key: str
+    revision: int
+    first_span_at: datetime
+    last_span_at: datetime
+
+
+class ResultStore(Protocol):
+    def checkpoint(self, source: str) -> str | None: ...
+
+    def add_spans(
+        self, source: str, spans: Sequence[SpanRecord], checkpoint: str, late_turns: LatePolicy
+    ) -> StoredSpans:
+        """Store spans and the source's checkpoint atomically."""
+        ...
+
+    def ready_conversations(self, idle_before: datetime, started_before: datetime) -> list[PendingConversation]:
+        """Unscored conversations whose last span is older than ``idle_before`` or whose first span is older than
+        ``started_before``, oldest first."""
+        ...
+
+    def spans_of(self, key: str) -> list[SpanRecord]: ...
+
+    def has_result(self, conversation_id: str, rubric: str, rubric_version: str, revision: int) -> bool: ...
+
+    def record(self, result: EvaluationResult) -> bool:
+        """Insert a result; False (and nothing written) when the same verdict is already stored."""
+        ...
+
+    def record_failure(self, key: str, rubric: str, revision: int) -> int:
+        """Count a failed attempt to judge (the judge was unreachable); returns the attempts so far."""
+        ...
+
+    def mark_scored(self, key: str, revision: int) -> None: ...
+
+    def add_usage(self, rubric: str, day: date, tokens: int, usd: float) -> None: ...
+
+    def usage(self, rubric: str, day: date) -> tuple[int, float]: ...
+
+    def results(self, conversation_id: str | None = None, current_only: bool = False) -> list[EvaluationResult]: ...
+
+    def window_aggregates(self, windows: Iterable[tuple[str, float]], now: datetime) -> list[WindowAggregate]:
+        """Pass rate and dimension means of current scored results, per window (name, seconds)."""
+        ...
+
+    def prune(self, scored_before: datetime) -> int:
+        """Delete spans of conversations scored before the given time; returns how many."""
+        ...
+
+    def ping(self) -> None:
+        """Raise ``StoreError`` when the store is unreachable."""
+        ...
+
+    def close(self) -> None: ...
