@@ -1,9 +1,10 @@
 """The OTLP JSON file-exporter format, to and from ``SpanRecord``.
 
-One line of the file is one ``{"resourceSpans": [...]}`` object (the OpenTelemetry collector's ``file`` exporter and
-the SDKs' OTLP/JSON encoding): resourceSpans → scopeSpans → spans, attributes as ``[{key, value: AnyValue}]``, ids in
-hex, times as nanosecond strings. A span that cannot be read (missing ids, bad time) is rejected with a reason and
-the rest of the line is still read: one broken span never costs its neighbours.
+One line of the file is one ``{"resourceSpans": [...]}`` object (the OpenTelemetry collector's ``file``
+exporter and the SDKs' OTLP/JSON encoding): resourceSpans → scopeSpans → spans, attributes as
+``[{key, value: AnyValue}]``, ids in hex, times as nanosecond strings. A span that cannot be read (missing
+ids, bad time) is rejected with a reason and the rest of the line is still read: one broken span never
+costs its neighbours.
 """
 
 from __future__ import annotations
@@ -52,11 +53,11 @@ class OtlpFormatError(ValueError):
         super().__init__(detail)
 
 
-# ---- reading ---------------------------------------------------------------------------------------------------
+# ---- reading ------------------------------------------------------------------------------------------
 
 
 def parse_otlp_line(line: str) -> ParseResult:
-    """Spans of one line of an OTLP JSON file; a line that is not JSON is one rejection, never an exception."""
+    """Spans of one line of an OTLP JSON file; a line that is not JSON is one rejection, not an exception."""
     try:
         document = json.loads(line)
     except (json.JSONDecodeError, RecursionError):
@@ -178,7 +179,7 @@ def parse_id(value: Any, size: int, field: str) -> str:
 
 
 def parse_unix_nanos(value: Any, field: str, reason: str = "invalid_time") -> datetime:
-    """A ``*TimeUnixNano`` value (a decimal string, or an int from lenient encoders) as an aware UTC datetime."""
+    """A ``*TimeUnixNano`` value (a decimal string, or an int from lenient encoders) as aware UTC."""
     if isinstance(value, bool) or value is None or value == "":
         raise OtlpFormatError(reason, f"{field} is missing")
     try:
@@ -208,7 +209,7 @@ def _parse_status(value: Any) -> str:
 
 
 def parse_attributes(raw: Any) -> dict[str, Any]:
-    """``[{key, value: AnyValue}]`` as a dict; a malformed entry is dropped, a malformed list rejects the span."""
+    """``[{key, value: AnyValue}]`` as a dict; a malformed entry is dropped, a non-list rejects the span."""
     if raw is None:
         return {}
     if not isinstance(raw, list):
@@ -221,7 +222,7 @@ def parse_attributes(raw: Any) -> dict[str, Any]:
 
 
 def parse_any_value(value: Any) -> Any:
-    """An OTLP ``AnyValue`` as a plain Python value (bytes stay base64 text so records remain JSON-serialisable)."""
+    """An OTLP ``AnyValue`` as a plain value (bytes stay base64 text, so records stay JSON-serialisable)."""
     if not isinstance(value, dict):
         return None
     if "stringValue" in value:
@@ -258,14 +259,14 @@ def _double_value(value: Any) -> float | str:
         return str(value)
 
 
-# ---- writing ---------------------------------------------------------------------------------------------------
+# ---- writing ------------------------------------------------------------------------------------------
 
 
 def spans_to_otlp_document(spans: Iterable[SpanRecord]) -> dict[str, Any]:
     """The ``{"resourceSpans": [...]}`` object holding ``spans`` (one resourceSpans per distinct resource).
 
-    Event rows (``kind == "event"``, as the App Insights source yields them) are written back as events of their
-    parent span; an event row whose parent is not among ``spans`` is an error, because OTLP has no place for it.
+    Event rows (``kind == "event"``, as the App Insights source yields them) are written back as events of
+    their parent span; an event row whose parent is not among ``spans`` is an error: OTLP has no place for it.
     """
     records = list(spans)
     event_rows: dict[str, list[SpanEvent]] = {}
@@ -312,7 +313,11 @@ def _span_to_json(span: SpanRecord, extra_events: tuple[SpanEvent, ...]) -> dict
     events = sorted((*span.events, *extra_events), key=lambda e: e.time)
     if events:
         result["events"] = [
-            {"timeUnixNano": str(unix_nanos(e.time)), "name": e.name, "attributes": attributes_to_json(e.attributes)}
+            {
+                "timeUnixNano": str(unix_nanos(e.time)),
+                "name": e.name,
+                "attributes": attributes_to_json(e.attributes),
+            }
             for e in events
         ]
     return result

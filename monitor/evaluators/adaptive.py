@@ -1,11 +1,11 @@
 """Adaptive rubrics (Vertex style): yes/no items per user request, then one call judging all of them.
 
-Judge calls per evaluation: one generation call for a request not seen before (none when the items are cached or
-written in the rubric), then one validation call per sample. With ``samples: n`` (the rubric's, else
-``judge.samples``) the validation call is made n times and each item is decided by majority vote, a tie failing;
-samples are only independent when ``judge.temperature`` is above 0. ``score = passed / total``; the result passes
-when ``score >= pass_threshold`` (default 1.0: every item). Generation or validation that fails after
-``ask_judge``'s retry gives an unscored result carrying the reason.
+Judge calls per evaluation: one generation call for a request not seen before (none when the items are cached
+or written in the rubric), then one validation call per sample. With ``samples: n`` (the rubric's, else
+``judge.samples``) the validation call is made n times and each item is decided by majority vote, a tie
+failing; samples are only independent when ``judge.temperature`` is above 0. ``score = passed / total``; the
+result passes when ``score >= pass_threshold`` (default 1.0: every item). Generation or validation that fails
+after ``ask_judge``'s retry gives an unscored result carrying the reason.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 
 from monitor.evaluators.base import EvaluationContext, InvalidReply, JudgeUsage, ask_judge, system_and_user
 from monitor.evaluators.item_cache import GeneratedItems, InMemoryItemCache, ItemCache, RubricItem
-from monitor.evaluators.views import Target, escape_data, targets, user_requests, view
+from monitor.evaluators.views import Target, escape_data, result_fields, targets, user_requests, view
 from monitor.judge.base import JudgeRequest
 from monitor.judge.render import render_conversation
 from monitor.models import Conversation, EvaluationResult
@@ -220,7 +220,7 @@ class AdaptiveEvaluator:
             score=score,
             reason=_reason(rows),
             details=details,
-            **_common(conversation, rubric, context, target, usage, rendered.truncated),
+            **result_fields(conversation, rubric, rubric.pass_threshold, context, target, usage, rendered.truncated),
         )
 
     async def _items(
@@ -324,35 +324,6 @@ def _reason(rows: list[dict[str, Any]]) -> str:
     return f"{head} Failed: {shown}{more}"
 
 
-def _common(
-    conversation: Conversation,
-    rubric: AdaptiveRubric,
-    context: EvaluationContext,
-    target: Target | None,
-    usage: JudgeUsage,
-    truncated: bool = False,
-) -> dict[str, Any]:
-    return {
-        "conversation_id": conversation.id,
-        "trace_ids": conversation.trace_ids,
-        "agent": conversation.agent,
-        "rubric": rubric.name,
-        "rubric_version": rubric.version or "",
-        "rubric_kind": rubric.kind,
-        "turn_index": target.turn_index if target else None,
-        "judge_model": rubric.judge_model or context.judge.model,
-        "threshold": rubric.pass_threshold,
-        "judge_calls": usage.calls,
-        "input_tokens": usage.input_tokens,
-        "output_tokens": usage.output_tokens,
-        "cost_usd": usage.cost_usd,
-        "response_mode": usage.mode,
-        "context_truncated": truncated or conversation.truncated,
-        "prompt": usage.prompts[-1] if usage.prompts and context.store_content else None,
-        "raw_reply": "\n---\n".join(usage.replies) if usage.replies and context.store_content else None,
-    }
-
-
 def _unscored(
     conversation: Conversation,
     rubric: AdaptiveRubric,
@@ -365,5 +336,5 @@ def _unscored(
 ) -> EvaluationResult:
     return EvaluationResult(
         outcome="unscored", unscored_reason=problem, reason=reason,
-        **_common(conversation, rubric, context, target, usage, truncated),
+        **result_fields(conversation, rubric, rubric.pass_threshold, context, target, usage, truncated),
     )

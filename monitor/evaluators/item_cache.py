@@ -2,8 +2,8 @@
 generation call.
 
 The key covers the rubric (name and version, so an edit regenerates), the metric and everything the generation
-prompt contains, normalised (case-folded, whitespace collapsed). ``InMemoryItemCache`` is the default; a store-backed
-cache only has to implement ``ItemCache`` and can keep ``GeneratedItems.to_json()``.
+prompt contains, normalised (case-folded, whitespace collapsed). ``InMemoryItemCache`` is the default; a
+store-backed cache only has to implement ``ItemCache`` and can keep ``GeneratedItems.to_json()``.
 """
 
 from __future__ import annotations

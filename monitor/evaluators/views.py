@@ -1,8 +1,9 @@
-"""Which reply of a conversation a Vertex-style rubric judges, and which part of the trace the judge sees with it.
+"""Which reply of a conversation a Vertex-style rubric judges, and which part of the trace the judge sees with
+it.
 
 A conversation-level rubric judges the final reply (the last assistant message with text) with the whole
-conversation as context; a turn-level rubric judges every assistant message with text, each with the messages up
-to it. Messages that only call tools are steps of a turn, not replies.
+conversation as context; a turn-level rubric judges every assistant message with text, each with the messages
+up to it. Messages that only call tools are steps of a turn, not replies.
 """
 
 from __future__ import annotations
@@ -11,7 +12,9 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from monitor.evaluators.base import EvaluationContext, JudgeUsage
 from monitor.models import Conversation, Message, Part
+from monitor.rubrics.base import RubricBase
 from monitor.rubrics.builtin import RequestScope, TraceView
 
 
@@ -95,3 +98,35 @@ def tool_results(messages: tuple[Message, ...]) -> list[Part]:
 
 def as_text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True)
+
+
+def result_fields(
+    conversation: Conversation,
+    rubric: RubricBase,
+    threshold: float,
+    context: EvaluationContext,
+    target: Target | None,
+    usage: JudgeUsage,
+    truncated: bool = False,
+) -> dict[str, Any]:
+    """The fields every result of a Vertex-style rubric carries: identity, cost and (if kept) the audit trail."""
+    kind: str = getattr(rubric, "kind", "")
+    return {
+        "conversation_id": conversation.id,
+        "trace_ids": conversation.trace_ids,
+        "agent": conversation.agent,
+        "rubric": rubric.name,
+        "rubric_version": rubric.version or "",
+        "rubric_kind": kind,
+        "turn_index": target.turn_index if target else None,
+        "judge_model": rubric.judge_model or context.judge.model,
+        "threshold": threshold,
+        "judge_calls": usage.calls,
+        "input_tokens": usage.input_tokens,
+        "output_tokens": usage.output_tokens,
+        "cost_usd": usage.cost_usd,
+        "response_mode": usage.mode,
+        "context_truncated": truncated or conversation.truncated,
+        "prompt": usage.prompts[-1] if usage.prompts and context.store_content else None,
+        "raw_reply": "\n---\n".join(usage.replies) if usage.replies and context.store_content else None,
+    }

@@ -1,14 +1,14 @@
-"""Client-side request and token rate limiter for judge calls, so the daemon runs at its quota and not past it.
+"""Client-side request and token rate limiter for judge calls: run at the quota, not past it.
 
-Providers enforce per-minute quotas over sub-minute slices (OpenAI documents that 60,000 RPM may be enforced as
-1,000 requests per second), so a burst of a minute's worth of requests would be refused even while "under" the
-quota. Requests are therefore evenly spaced (a token bucket holding one request), and tokens flow through a bucket
-holding one second's worth. A call larger than the token bucket is let through when the bucket is full and leaves
-it in debt, so big prompts are slowed down rather than blocked forever.
+Providers enforce per-minute quotas over sub-minute slices (OpenAI documents that 60,000 RPM may be enforced
+as 1,000 requests per second), so a burst of a minute's worth of requests would be refused even while "under"
+the quota. Requests are therefore evenly spaced (a token bucket holding one request), and tokens flow through
+a bucket holding one second's worth. A call larger than the token bucket is let through when the bucket is
+full and leaves it in debt, so big prompts are slowed down rather than blocked forever.
 
-Tokens are estimated before a call and corrected with the usage the endpoint reports (``settle``). A 429 or an
-exhausted ``x-ratelimit-remaining-*`` header pauses every caller (``pause_for``), not just the one that saw it, so
-concurrent calls do not storm a throttled endpoint.
+Tokens are estimated before a call and corrected with the usage the endpoint reports (``settle``). A 429 or
+an exhausted ``x-ratelimit-remaining-*`` header pauses every caller (``pause_for``), not just the one that saw
+it, so concurrent calls do not storm a throttled endpoint.
 
 The logic is synchronous and takes its time from an injectable ``clock``; only ``acquire`` awaits, through an
 injectable ``sleep``, so unit tests run on a fake clock.
@@ -30,7 +30,7 @@ _TOKEN_BURST_SECONDS = 1.0
 
 @dataclass
 class _Bucket:
-    """A token bucket that may go into debt: a cost larger than ``capacity`` is allowed once the bucket is full."""
+    """A token bucket that may go into debt: a cost above ``capacity`` is allowed once the bucket is full."""
 
     rate: float
     """Units added per second."""
@@ -61,9 +61,10 @@ class Permit:
 
 
 class RateLimiter:
-    """Admit calls at no more than ``requests_per_minute`` and ``tokens_per_minute`` (either may be None: no limit).
+    """Admit calls at no more than ``requests_per_minute`` and ``tokens_per_minute`` (None: no limit).
 
-    ``acquire`` admits callers one at a time in arrival order, so a queue of waiting calls leaves evenly spaced.
+    ``acquire`` admits callers one at a time in arrival order, so a queue of waiting calls leaves evenly
+    spaced.
     """
 
     def __init__(
@@ -74,7 +75,8 @@ class RateLimiter:
         clock: Clock = time.monotonic,
         sleep: Sleep = asyncio.sleep,
     ) -> None:
-        for name, value in (("requests_per_minute", requests_per_minute), ("tokens_per_minute", tokens_per_minute)):
+        limits = (("requests_per_minute", requests_per_minute), ("tokens_per_minute", tokens_per_minute))
+        for name, value in limits:
             if value is not None and value <= 0:
                 raise ValueError(f"{name} must be positive or None, got: {value}")
         self._clock = clock
@@ -115,7 +117,7 @@ class RateLimiter:
         return max(waits)
 
     def try_acquire(self, estimated_tokens: int) -> float:
-        """Admit the call now and return 0, or return how long to wait before asking again (nothing is taken)."""
+        """Admit the call now and return 0, or return how long to wait before asking again."""
         wait = self.wait_time(estimated_tokens)
         if wait > 0:
             return wait

@@ -1,8 +1,9 @@
 """Vertex-style rubric kinds: adaptive pass/fail items and static metrics.
 
 ``adaptive``: yes/no items are generated per user request (or written in the rubric) and judged;
-``score = passed / total``. Static kinds (``grounding``, ``hallucination``, ``safety``, ``final_response_match``)
-ask one fixed question of every conversation; their formulas are in ``monitor.evaluators.static``.
+``score = passed / total``. Static kinds (``grounding``, ``hallucination``, ``safety``,
+``final_response_match``) ask one fixed question of every conversation; their formulas are in
+``monitor.evaluators.static``.
 """
 
 from __future__ import annotations

@@ -1,16 +1,24 @@
 """A scripted OpenAI-compatible chat-completions server on 127.0.0.1, for the real ``openai`` client.
 
-Each request is recorded (path, headers, JSON body) and answered by a handler: a function of the request that
-returns a ``Reply`` (status, JSON or raw body, headers, delay). Serves both the OpenAI paths
-(``/v1/chat/completions``) and Azure OpenAI's (``/openai/deployments/{deployment}/chat/completions``).
+Each request is recorded (path, headers, JSON body, arrival time) and answered by a handler: a function of
+the request that returns a ``Reply`` (status, JSON or raw body, headers, delay, a body cut short). Serves both
+the OpenAI paths (``/v1/chat/completions``) and Azure OpenAI's
+(``/openai/deployments/{deployment}/chat/completions``).
+
+Fault helpers: ``rate_limited`` (429 with Retry-After), ``hang`` (a reply later than any client timeout),
+``malformed_body`` (a 200 that is not JSON), ``cut_body`` (the connection drops mid-body), and
+``QuotaHandler``, a quota-enforcing endpoint (429 above a request rate) with a fixed latency, for limiter
+tests and benchmarks.
 """
 
 from __future__ import annotations
 
 import json
+import math
+import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -21,6 +29,8 @@ class Recorded:
     path: str
     headers: dict[str, str]
     body: dict[str, Any]
+    received_at: float = 0.0
+    """``time.monotonic()`` when the request arrived."""
 
     @property
     def prompt_text(self) -> str:
@@ -34,10 +44,12 @@ class Reply:
     raw_body: bytes | None = None
     headers: dict[str, str] = field(default_factory=dict)
     delay: float = 0.0
+    cut_body_at: int | None = None
+    """Announce the full body but send only this many bytes, then close the connection."""
 
 
-def completion(content: str, *, model: str = "scripted", prompt_tokens: int = 100, completion_tokens: int = 20,
-               finish_reason: str = "stop", refusal: str | None = None) -> Reply:
+def completion(content: str, *, model: str = "scripted", prompt_tokens: int = 100,
+               completion_tokens: int = 20, finish_reason: str = "stop", refusal: str | None = None) -> Reply:
     """A well-formed chat.completion whose message content is ``content``."""
     message: dict[str, Any] = {"role": "assistant", "content": content}
     if refusal is not None:
@@ -53,12 +65,100 @@ def completion(content: str, *, model: str = "scripted", prompt_tokens: int = 10
     })
 
 
-def error(status: int, message: str = "error", code: str = "error", headers: dict[str, str] | None = None) -> Reply:
+def error(status: int, message: str = "error", code: str = "error",
+          headers: dict[str, str] | None = None) -> Reply:
     return Reply(status=status, json_body={"error": {"message": message, "type": code, "code": code}},
                  headers=headers or {})
 
 
+def rate_limited(retry_after: float | None = None, *, retry_after_ms: float | None = None,
+                 headers: dict[str, str] | None = None, code: str = "rate_limit_exceeded") -> Reply:
+    """A 429 as OpenAI sends it; ``retry_after`` in seconds (an integer on the wire, as HTTP wants)."""
+    all_headers = dict(headers or {})
+    if retry_after is not None:
+        all_headers["retry-after"] = str(math.ceil(retry_after))
+    if retry_after_ms is not None:
+        all_headers["retry-after-ms"] = str(int(retry_after_ms))
+    return error(429, "Rate limit reached", code, all_headers)
+
+
+def hang(seconds: float, content: str = "{}") -> Reply:
+    """A reply that arrives only after ``seconds`` (longer than the client's timeout)."""
+    reply = completion(content)
+    reply.delay = seconds
+    return reply
+
+
+def malformed_body() -> Reply:
+    """A 200 whose body is not JSON at all (a proxy's HTML page)."""
+    return Reply(raw_body=b"<html><body>Bad gateway</body></html>")
+
+
+def cut_body(content: str = "{}") -> Reply:
+    """A completion whose HTTP body stops halfway (the connection drops)."""
+    reply = completion(content)
+    reply.cut_body_at = 40
+    return reply
+
+
 Handler = Callable[[Recorded], Reply]
+
+
+def max_in_window(times: Sequence[float], window: float) -> int:
+    """The largest number of ``times`` inside any interval of length ``window`` (a sliding-window rate)."""
+    ordered = sorted(times)
+    best = 0
+    start = 0
+    for end, t in enumerate(ordered):
+        while t - ordered[start] >= window:
+            start += 1
+        best = max(best, end - start + 1)
+    return best
+
+
+class QuotaHandler:
+    """An endpoint with a request quota: a token bucket of ``requests_per_minute`` holding ``burst_seconds``
+    of requests, like providers that enforce per-minute quotas per second. Above it: 429 with
+    ``retry-after-ms``, ``retry-after`` and ``x-ratelimit-*`` headers. Accepted requests answer ``content``
+    after ``latency`` plus up to ``jitter`` seconds. ``accepted_at`` / ``limited`` record what happened."""
+
+    def __init__(self, requests_per_minute: float, *, content: str = "{}", latency: float = 0.0,
+                 jitter: float = 0.0, burst_seconds: float = 1.0, seed: int = 7) -> None:
+        self.rate = requests_per_minute / 60.0
+        self.capacity = max(1.0, self.rate * burst_seconds)
+        self.content = content
+        self.latency = latency
+        self.jitter = jitter
+        self._level = self.capacity
+        self._updated = time.monotonic()
+        self._lock = threading.Lock()
+        self._random = random.Random(seed)
+        self.accepted_at: list[float] = []
+        self.limited = 0
+
+    def __call__(self, request: Recorded) -> Reply:
+        with self._lock:
+            now = time.monotonic()
+            self._level = min(self.capacity, self._level + (now - self._updated) * self.rate)
+            self._updated = now
+            if self._level < 1.0:
+                self.limited += 1
+                wait = (1.0 - self._level) / self.rate
+                return rate_limited(wait, retry_after_ms=wait * 1000.0, headers={
+                    "x-ratelimit-limit-requests": str(int(self.rate * 60)),
+                    "x-ratelimit-remaining-requests": "0",
+                    "x-ratelimit-reset-requests": f"{int(wait * 1000) + 1}ms",
+                })
+            self._level -= 1.0
+            self.accepted_at.append(now)
+            delay = self.latency + self._random.uniform(0.0, self.jitter)
+        prompt_chars = len(request.prompt_text)
+        reply = completion(self.content, prompt_tokens=prompt_chars // 4 + 1,
+                           completion_tokens=len(self.content) // 4 + 1)
+        reply.delay = delay
+        reply.headers = {"x-ratelimit-limit-requests": str(int(self.rate * 60)),
+                         "x-ratelimit-remaining-requests": str(int(self._level))}
+        return reply
 
 
 class ScriptedOpenAIServer:
@@ -73,7 +173,7 @@ class ScriptedOpenAIServer:
         class _Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
 
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+            def log_message(self, format: str, *args: Any) -> None:
                 return
 
             def do_POST(self) -> None:
@@ -83,19 +183,25 @@ class ScriptedOpenAIServer:
                     body = json.loads(raw or b"{}")
                 except json.JSONDecodeError:
                     body = {}
-                recorded = Recorded(self.path, {k.lower(): v for k, v in self.headers.items()}, body)
+                recorded = Recorded(self.path, {k.lower(): v for k, v in self.headers.items()}, body,
+                                    received_at=time.monotonic())
                 with outer._lock:
                     outer.requests.append(recorded)
                 reply = outer.handler(recorded)
                 if reply.delay:
                     time.sleep(reply.delay)
-                payload = reply.raw_body if reply.raw_body is not None else json.dumps(reply.json_body).encode()
+                payload = (reply.raw_body if reply.raw_body is not None
+                           else json.dumps(reply.json_body).encode())
                 try:
                     self.send_response(reply.status)
                     self.send_header("Content-Type", "application/json")
                     self.send_header("Content-Length", str(len(payload)))
                     for key, value in reply.headers.items():
                         self.send_header(key, value)
+                    if reply.cut_body_at is not None:
+                        self.send_header("Connection", "close")
+                        self.close_connection = True
+                        payload = payload[: reply.cut_body_at]
                     self.end_headers()
                     self.wfile.write(payload)
                 except (BrokenPipeError, ConnectionResetError):

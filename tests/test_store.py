@@ -1,0 +1,145 @@
+"""One contract suite over every store backend: SQLite file, in-memory, and PostgreSQL when CI provides one."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
+
+import pytest
+import sqlalchemy
+
+from monitor.models import DimensionScore, EvaluationResult, SpanRecord
+from monitor.store import InMemoryStore, SqlStore
+
+T0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
+POSTGRES_URL = os.environ.get("RUBRIC_MONITOR_TEST_POSTGRES_URL")
+
+
+def _fresh_postgres(url: str) -> str:
+    engine = sqlalchemy.create_engine(url)
+    with engine.begin() as conn:
+        conn.exec_driver_sql("DROP SCHEMA public CASCADE; CREATE SCHEMA public;")
+    engine.dispose()
+    return url
+
+
+@pytest.fixture(params=["sqlite_file", "memory", "postgres"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SqlStore]:
+    if request.param == "sqlite_file":
+        backend: SqlStore = SqlStore(f"sqlite:///{tmp_path / 'store.db'}")
+    elif request.param == "memory":
+        backend = InMemoryStore()
+    else:
+        if not POSTGRES_URL:
+            if os.environ.get("RUBRIC_MONITOR_REQUIRE_TOOLS") == "1":
+                pytest.fail("CI must provide RUBRIC_MONITOR_TEST_POSTGRES_URL")
+            pytest.skip("no PostgreSQL (set RUBRIC_MONITOR_TEST_POSTGRES_URL)")
+        backend = SqlStore(_fresh_postgres(POSTGRES_URL))
+    yield backend
+    backend.close()
+
+
+def span(span_id: str, trace: str = "t1", at: float = 0, conversation: str | None = None) -> SpanRecord:
+    attributes = {"gen_ai.conversation.id": conversation} if conversation else {}
+    return SpanRecord(trace_id=trace, span_id=span_id, start_time=T0 + timedelta(seconds=at), attributes=attributes)
+
+
+def result(conversation: str = "c1", outcome: str = "pass", revision: int = 0, version: str = "v1",
+           score: float = 0.9, dims: tuple[int, ...] = (4,), at: datetime | None = None) -> EvaluationResult:
+    return EvaluationResult(
+        conversation_id=conversation, agent="agent-a", rubric="r", rubric_version=version, rubric_kind="weighted",
+        judge_model="m", outcome=outcome, score=None if outcome == "unscored" else score, revision=revision,
+        dimension_scores=tuple(DimensionScore(id=f"d{i}", score=s, applicable=True, weight=1)
+                               for i, s in enumerate(dims)),
+        evaluated_at=at or datetime.now(UTC),
+    )
+
+
+def test_spans_and_checkpoint_are_stored_together_and_deduplicated(store: SqlStore) -> None:
+    assert store.checkpoint("src") is None
+    first = store.add_spans("src", [span("a"), span("b", at=1)], "cp-1", "ignore")
+    again = store.add_spans("src", [span("b", at=1), span("c", at=2)], "cp-2", "ignore")
+    assert (first.new, first.duplicates) == (2, 0)
+    assert (again.new, again.duplicates) == (1, 1)
+    assert store.checkpoint("src") == "cp-2"
+    assert [s.span_id for s in store.spans_of("t1")] == ["a", "b", "c"]
+
+
+def test_a_trace_moves_to_its_conversation_id_when_a_span_names_it(store: SqlStore) -> None:
+    store.add_spans("src", [span("a", trace="t1")], "1", "ignore")
+    store.add_spans("src", [span("b", trace="t1", at=5, conversation="conv-9"), span("c", trace="t2",
+                                                                                    conversation="conv-9")],
+                    "2", "ignore")
+    ready = store.ready_conversations(T0 + timedelta(hours=1), T0)
+    assert [p.key for p in ready] == ["conv-9"]
+    assert sorted(s.span_id for s in store.spans_of("conv-9")) == ["a", "b", "c"]
+
+
+def test_ready_means_idle_or_old(store: SqlStore) -> None:
+    store.add_spans("src", [span("a", trace="old"), span("b", trace="busy", at=600)], "1", "ignore")
+    idle_before = T0 + timedelta(seconds=300)
+    assert [p.key for p in store.ready_conversations(idle_before, T0 - timedelta(days=1))] == ["old"]
+    assert {p.key for p in store.ready_conversations(idle_before, T0 + timedelta(seconds=601))} == {"old", "busy"}
+
+
+def test_a_result_is_recorded_exactly_once(store: SqlStore) -> None:
+    assert store.record(result()) is True
+    assert store.record(result()) is False
+    assert store.has_result("c1", "r", "v1", 0)
+    assert not store.has_result("c1", "r", "v2", 0)
+    assert len(store.results("c1")) == 1
+
+
+def test_scored_conversation_ignores_or_reopens_on_late_turns(store: SqlStore) -> None:
+    store.add_spans("src", [span("a")], "1", "ignore")
+    store.mark_scored("t1", 0)
+    ignored = store.add_spans("src", [span("b", at=9)], "2", "ignore")
+    assert ignored.late_ignored == 1 and store.ready_conversations(T0 + timedelta(days=1), T0) == []
+    reopened = store.add_spans("src", [span("c", at=10)], "3", "rescore")
+    assert reopened.reopened == 1
+    [pending] = store.ready_conversations(T0 + timedelta(days=1), T0)
+    assert pending.revision == 1
+
+
+def test_a_new_revision_supersedes_the_old_one_in_aggregates(store: SqlStore) -> None:
+    store.record(result(outcome="fail", score=0.3, dims=(1,)))
+    store.record(result(outcome="pass", score=0.9, dims=(5,), revision=1))
+    assert len(store.results("c1")) == 2
+    [current] = store.results("c1", current_only=True)
+    assert current.revision == 1
+    [agg] = store.window_aggregates([("1h", 3600)], datetime.now(UTC))
+    assert (agg.scored, agg.passed, agg.dimension_means) == (1, 1, {"d0": 5.0})
+
+
+def test_window_aggregates_leave_out_unscored_and_old_results(store: SqlStore) -> None:
+    now = datetime.now(UTC)
+    store.record(result("c1", "pass", dims=(4, 2)))
+    store.record(result("c2", "fail", score=0.2, dims=(2, 2)))
+    store.record(result("c3", "unscored", dims=()))
+    store.record(result("c4", "pass", dims=(5, 5), at=now - timedelta(hours=2)))
+    by_window = {a.window: a for a in store.window_aggregates([("1h", 3600), ("24h", 86400)], now)}
+    assert (by_window["1h"].scored, by_window["1h"].passed) == (2, 1)
+    assert by_window["1h"].dimension_means == {"d0": 3.0, "d1": 2.0}
+    assert (by_window["24h"].scored, by_window["24h"].passed) == (3, 2)
+
+
+def test_usage_accumulates_per_rubric_and_day(store: SqlStore) -> None:
+    day = date(2026, 11, 1)
+    store.add_usage("r", day, 100, 0.5)
+    store.add_usage("r", day, 50, 0.25)
+    assert store.usage("r", day) == (150, 0.75)
+    assert store.usage("r", date(2026, 11, 2)) == (0, 0.0)
+
+
+def test_failures_are_counted_per_evaluation(store: SqlStore) -> None:
+    assert [store.record_failure("k", "r", 0) for _ in range(3)] == [1, 2, 3]
+    assert store.record_failure("k", "r", 1) == 1
+
+
+def test_prune_deletes_spans_of_scored_conversations_only(store: SqlStore) -> None:
+    store.add_spans("src", [span("a", trace="done"), span("b", trace="open")], "1", "ignore")
+    store.mark_scored("done", 0)
+    assert store.prune(datetime.now(UTC) + timedelta(seconds=1)) == 1
+    assert store.spans_of("done") == [] and len(store.spans_of("open")) == 1
