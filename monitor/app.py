@@ -130,16 +130,21 @@ def build_monitor(settings: Settings, registry: CollectorRegistry | None = None)
     registry.register(StoredAggregatesCollector(lambda _: store.window_aggregates(windows, utc_now()),
                                                 [w for w, _ in windows]))
     delay = settings.source.ingestion_delay_seconds if settings.source.kind == "app_insights" else 0.0
+    judge_settings = settings.judge
+    if judge_settings.kind == "local":
+        from monitor.judge.local import local_judge_settings
+
+        judge_settings = local_judge_settings(judge_settings)
     pipeline = Pipeline(
         source=source,
         store=store,
         rubrics=rubrics if settings.rubrics.reload else _Frozen(rubrics),
         evaluators=build_evaluators(settings.judge.cache_size),
-        context=EvaluationContext(judge=judge, settings=settings.judge, store_content=settings.store.store_content),
+        context=EvaluationContext(judge=judge, settings=judge_settings, store_content=settings.store.store_content),
         metrics=metrics,
         conversation_settings=settings.conversation,
         sampling_settings=settings.sampling,
-        judge_settings=settings.judge,
+        judge_settings=judge_settings,
         completeness_delay=timedelta(seconds=delay),
     )
     health = HealthState(interval=timedelta(seconds=settings.interval_seconds))

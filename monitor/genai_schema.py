@@ -2,20 +2,20 @@
 
 The schemas (``gen_ai.input.messages``, ``gen_ai.output.messages``, ``gen_ai.system_instructions``,
 ``gen_ai.tool.definitions`` and friends) are small, so they are checked here by hand: jsonschema is only a
-development dependency, and hand-written checks are fast enough for every span of every cycle. Issues are reported
-the way the conformance snapshots record them: a JSONPath, the failing keyword and python-jsonschema's message,
-with an ``anyOf`` collapsed to the one branch whose ``type`` matches.
+development dependency, and hand-written checks are fast enough for every span of every cycle. Issues are
+reported the way the conformance snapshots record them: a JSONPath, the failing keyword and
+python-jsonschema's message, with an ``anyOf`` collapsed to the one branch whose ``type`` matches.
 
 Two generations of the rules exist (see the corpus notes on the "generic part" change):
 
-- ``pre_move``: the schemas as they were before the GenAI conventions moved repositories. Any object with a string
-  ``type`` is a valid part (the catch-all ``GenericPart``), so unknown provider blocks are accepted. The daemon reads
-  spans with these rules, because producers in the field are older than the newest schemas.
-- ``current``: a catch-all part must say ``type: "generic"``; unknown part types, and parts other than ``text`` and
-  ``generic`` in system instructions, are rejected.
+- ``pre_move``: the schemas as they were before the GenAI conventions moved repositories. Any object with a
+  string ``type`` is a valid part (the catch-all ``GenericPart``), so unknown provider blocks are accepted.
+  The daemon reads spans with these rules, because producers in the field are older than the newest schemas.
+- ``current``: a catch-all part must say ``type: "generic"``; unknown part types, and parts other than
+  ``text`` and ``generic`` in system instructions, are rejected.
 
-Neither generation requires ``finish_reason`` on output messages: later schemas dropped the requirement and real
-producers omit it.
+Neither generation requires ``finish_reason`` on output messages: later schemas dropped the requirement and
+real producers omit it.
 """
 
 from __future__ import annotations
@@ -73,7 +73,8 @@ _MESSAGE_PARTS: dict[str, _PartSpec] = {
     "tool_call": _PartSpec({"id": _OPTIONAL_STRING, "name": _STRING, "arguments": _ANYTHING}, ("name",)),
     "tool_call_response": _PartSpec({"id": _OPTIONAL_STRING, "response": _ANYTHING}, ("response",)),
     "server_tool_call": _PartSpec(
-        {"id": _OPTIONAL_STRING, "name": _STRING, "server_tool_call": _TYPED_OBJECT}, ("name", "server_tool_call")
+        {"id": _OPTIONAL_STRING, "name": _STRING, "server_tool_call": _TYPED_OBJECT},
+        ("name", "server_tool_call"),
     ),
     "server_tool_call_response": _PartSpec(
         {"id": _OPTIONAL_STRING, "server_tool_call_response": _TYPED_OBJECT}, ("server_tool_call_response",)
@@ -82,7 +83,8 @@ _MESSAGE_PARTS: dict[str, _PartSpec] = {
                       ("modality", "content")),
     "file": _PartSpec({"mime_type": _OPTIONAL_STRING, "modality": _STRING, "file_id": _STRING},
                       ("modality", "file_id")),
-    "uri": _PartSpec({"mime_type": _OPTIONAL_STRING, "modality": _STRING, "uri": _STRING}, ("modality", "uri")),
+    "uri": _PartSpec({"mime_type": _OPTIONAL_STRING, "modality": _STRING, "uri": _STRING},
+                     ("modality", "uri")),
 }
 _CURRENT_ONLY_PARTS: dict[str, _PartSpec] = {
     "compaction": _PartSpec({"id": _OPTIONAL_STRING, "content": _OPTIONAL_STRING}),
@@ -121,17 +123,27 @@ def validate_document(
     if not isinstance(document, list):
         return [_type_issue("$", document, "array")]
     for index, item in enumerate(document):
-        path = f"$[{index}]"
-        if schema in ("input-messages", "output-messages"):
-            _check_message(path, item, schema == "output-messages", _message_rules(generation), issues)
-        elif schema == "system-instructions":
-            _check_part(path, item, _instruction_rules(generation), issues)
-        elif schema == "tool-definitions":
-            _check_tool_definition(path, item, issues)
-        elif schema == "memory-records":
-            _check_record(path, item, {"id": _STRING, "metadata": _OBJECT, "score": _NUMBER}, ("content",), issues)
-        else:
-            _check_record(path, item, {"id": _STRING, "score": _NUMBER}, (), issues)
+        issues.extend(validate_item(schema, item, index, generation))
+    return issues
+
+
+def validate_item(
+    schema: SchemaName, item: Any, index: int, generation: Generation = "pre_move"
+) -> list[SchemaIssue]:
+    """Every issue of one item (at ``index``) of an array-valued ``schema``."""
+    issues: list[SchemaIssue] = []
+    path = f"$[{index}]"
+    if schema in ("input-messages", "output-messages"):
+        _check_message(path, item, schema == "output-messages", _message_rules(generation), issues)
+    elif schema == "system-instructions":
+        _check_part(path, item, _instruction_rules(generation), issues)
+    elif schema == "tool-definitions":
+        _check_tool_definition(path, item, issues)
+    elif schema == "memory-records":
+        fields = {"id": _STRING, "metadata": _OBJECT, "score": _NUMBER}
+        _check_record(path, item, fields, ("content",), issues)
+    else:
+        _check_record(path, item, {"id": _STRING, "score": _NUMBER}, (), issues)
     return issues
 
 
@@ -195,7 +207,8 @@ def _check_tool_definition(path: str, definition: Any, issues: list[SchemaIssue]
     if not isinstance(definition, dict):
         issues.append(_type_issue(path, definition, "object"))
         return
-    # FunctionToolDefinition's extra checks never matter: GenericToolDefinition accepts any typed, named object.
+    # FunctionToolDefinition's extra checks never matter: GenericToolDefinition accepts any named object
+    # with a string type.
     _check_fields(path, definition, {"type": _STRING, "name": _STRING}, ("type", "name"), issues)
 
 

@@ -230,6 +230,10 @@ class Pipeline:
         if evaluator is None:
             self._skip(report, rubric.name, "no_evaluator")
             return True
+        if self._budget_spent(rubric, now):
+            # Checked again here: evaluations earlier in this cycle may have spent it.
+            self._skip(report, rubric.name, "budget_exhausted")
+            return True
         try:
             results = await evaluator.evaluate(conversation, rubric, self.context)
         except JudgeAuthError as exc:

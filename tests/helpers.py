@@ -24,9 +24,8 @@ def requested_dimensions(request: Recorded) -> list[str]:
     if schema:
         return list(schema["properties"]["dimensions"]["required"])
     text = request.prompt_text
-    start = text.index("<rubric>") + len("<rubric>")
-    rubric = json.loads(text[start:text.index("</rubric>")])
-    return [d["id"] for d in rubric["dimensions"]]
+    rubric = text[text.index("<rubric>"):text.index("</rubric>")]
+    return [line[2:].split(" (", 1)[0] for line in rubric.splitlines() if line.startswith("- ")]
 
 
 def verdict(request: Recorded, scores: Sequence[int | None], reason: str = "scripted") -> Reply:

@@ -3,10 +3,12 @@
 This replicates ``azure-monitor-opentelemetry-exporter`` 1.0.0b58 (``export/trace/_exporter.py``,
 ``_utils.py``) for the parts that reach a GenAI query: which table a span lands in, the dependency ``type``,
 ids as lowercase hex, ``duration`` rounded to whole milliseconds, ``success`` from the span status, and
-``customDimensions`` as the string-to-string map the exporter builds (standard OTel attributes dropped, keys over
-150 characters dropped, values cut at 8 KiB, or 256 KiB for the GenAI message attributes). Span events become
-``traces`` rows (``exceptions`` for an event named ``exception``). ``tests/test_app_insights_rows.py`` checks this
-mapping against the real exporter when it is installed.
+``customDimensions`` as the string-to-string map the exporter builds (standard OTel attributes dropped, keys
+over 150 characters dropped, values cut at 8 KiB, or 256 KiB for the GenAI message attributes). Span events
+become ``traces`` rows (``exceptions`` for an event named ``exception``). ``tests/test_app_insights_rows.py``
+checks this mapping against the real exporter. Not replicated: the HTTP, database and messaging refinements
+of ``name``, ``target`` and ``data`` (GenAI spans carry no ``http.*``/``db.*`` attributes), span links, and
+custom measurements.
 
 Rows are plain dicts keyed by column name, with ``datetime`` values for ``datetime`` columns and dicts for
 ``dynamic`` ones; a query server encodes them for the wire. Both layouts are produced: the classic
@@ -79,16 +81,17 @@ _COMMON_WORKSPACE: list[Column] = [
 
 TABLE_COLUMNS: dict[str, list[Column]] = {
     "dependencies": [
-        ("timestamp", "datetime"), ("id", "string"), ("target", "string"), ("type", "string"), ("name", "string"),
-        ("data", "string"), ("success", "string"), ("resultCode", "string"), ("duration", "real"),
+        ("timestamp", "datetime"), ("id", "string"), ("target", "string"), ("type", "string"),
+        ("name", "string"), ("data", "string"), ("success", "string"), ("resultCode", "string"),
+        ("duration", "real"),
         ("performanceBucket", "string"), ("itemType", "string"), ("customDimensions", "dynamic"),
         ("customMeasurements", "dynamic"), *_COMMON_CLASSIC,
     ],
     "requests": [
-        ("timestamp", "datetime"), ("id", "string"), ("source", "string"), ("name", "string"), ("url", "string"),
-        ("success", "string"), ("resultCode", "string"), ("duration", "real"), ("performanceBucket", "string"),
-        ("itemType", "string"), ("customDimensions", "dynamic"), ("customMeasurements", "dynamic"),
-        *_COMMON_CLASSIC,
+        ("timestamp", "datetime"), ("id", "string"), ("source", "string"), ("name", "string"),
+        ("url", "string"), ("success", "string"), ("resultCode", "string"), ("duration", "real"),
+        ("performanceBucket", "string"), ("itemType", "string"), ("customDimensions", "dynamic"),
+        ("customMeasurements", "dynamic"), *_COMMON_CLASSIC,
     ],
     "traces": [
         ("timestamp", "datetime"), ("message", "string"), ("severityLevel", "int"), ("itemType", "string"),
@@ -111,19 +114,23 @@ TABLE_COLUMNS: dict[str, list[Column]] = {
         ("Measurements", "dynamic"), *_COMMON_WORKSPACE,
     ],
     "AppTraces": [
-        ("TenantId", "string"), ("TimeGenerated", "datetime"), ("Message", "string"), ("SeverityLevel", "int"),
-        ("Properties", "dynamic"), ("Measurements", "dynamic"), *_COMMON_WORKSPACE,
+        ("TenantId", "string"), ("TimeGenerated", "datetime"), ("Message", "string"),
+        ("SeverityLevel", "int"), ("Properties", "dynamic"), ("Measurements", "dynamic"), *_COMMON_WORKSPACE,
     ],
     "AppExceptions": [
-        ("TenantId", "string"), ("TimeGenerated", "datetime"), ("ProblemId", "string"), ("ExceptionType", "string"),
-        ("OuterMessage", "string"), ("Properties", "dynamic"), *_COMMON_WORKSPACE,
+        ("TenantId", "string"), ("TimeGenerated", "datetime"), ("ProblemId", "string"),
+        ("ExceptionType", "string"), ("OuterMessage", "string"), ("Properties", "dynamic"),
+        *_COMMON_WORKSPACE,
     ],
 }
 
 TABLE_NAMES: dict[Schema, dict[str, str]] = {
-    "classic": {"request": "requests", "dependency": "dependencies", "trace": "traces", "exception": "exceptions"},
+    "classic": {
+        "request": "requests", "dependency": "dependencies", "trace": "traces", "exception": "exceptions",
+    },
     "workspace": {
-        "request": "AppRequests", "dependency": "AppDependencies", "trace": "AppTraces", "exception": "AppExceptions",
+        "request": "AppRequests", "dependency": "AppDependencies", "trace": "AppTraces",
+        "exception": "AppExceptions",
     },
 }
 
@@ -187,7 +194,7 @@ class AppInsightsRows:
         return sum(len(rows) for rows in self.tables.values())
 
 
-# --- the exporter's mapping -----------------------------------------------------------------------------------
+# --- the exporter's mapping ---------------------------------------------------------------------------------
 
 
 def is_standard_attribute(key: str) -> bool:
@@ -197,9 +204,9 @@ def is_standard_attribute(key: str) -> bool:
 def property_text(value: Any) -> str:
     """``str(value)`` as the exporter applies it to an OTel attribute value.
 
-    The OTel SDK stores sequences as tuples, so a list attribute arrives as ``"('stop',)"``. Dicts cannot be OTel
-    attribute values; a record that carries one (structured OTLP JSON) is written as JSON, the closest a producer
-    could have sent.
+    The OTel SDK stores sequences as tuples, so a list attribute arrives as ``"('stop',)"``. Dicts cannot be
+    OTel attribute values; a record that carries one (structured OTLP JSON) is written as JSON, the closest a
+    producer could have sent.
     """
     if isinstance(value, dict):
         return json.dumps(value, ensure_ascii=False)
@@ -331,7 +338,7 @@ def envelopes(spans: Iterable[SpanRecord]) -> Iterator[Envelope]:
             yield event_envelope(span, event)
 
 
-# --- the two table layouts ------------------------------------------------------------------------------------
+# --- the two table layouts ----------------------------------------------------------------------------------
 
 
 def performance_bucket(milliseconds: float) -> str:
@@ -343,7 +350,8 @@ def performance_bucket(milliseconds: float) -> str:
 
 def _item_id(envelope: Envelope) -> str:
     # Ingestion assigns a GUID per item; a name-based one keeps generated data reproducible.
-    key = f"{envelope.operation_id}/{envelope.id or envelope.parent_id}/{envelope.time.isoformat()}/{envelope.message}"
+    owner = envelope.id or envelope.parent_id
+    key = f"{envelope.operation_id}/{owner}/{envelope.time.isoformat()}/{envelope.message}"
     return str(uuid.uuid5(uuid.NAMESPACE_URL, key))
 
 
@@ -451,7 +459,8 @@ def _json_default(value: Any) -> Any:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("spans", type=Path, help="JSON lines, one SpanRecord per line (SpanRecord.model_dump_json)")
+    parser.add_argument("spans", type=Path,
+                        help="JSON lines, one SpanRecord per line (SpanRecord.model_dump_json)")
     parser.add_argument("--schema", choices=["classic", "workspace"], default="classic")
     args = parser.parse_args(argv)
     with args.spans.open(encoding="utf-8") as handle:

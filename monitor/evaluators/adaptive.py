@@ -4,8 +4,9 @@ Judge calls per evaluation: one generation call for a request not seen before (n
 or written in the rubric), then one validation call per sample. With ``samples: n`` (the rubric's, else
 ``judge.samples``) the validation call is made n times and each item is decided by majority vote, a tie
 failing; samples are only independent when ``judge.temperature`` is above 0. ``score = passed / total``; the
-result passes when ``score >= pass_threshold`` (default 1.0: every item). Generation or validation that fails
-after ``ask_judge``'s retry gives an unscored result carrying the reason.
+result passes when ``score >= pass_threshold`` (default 1.0: every item). A reply that is still invalid after
+``ask_judge``'s retry gives an unscored result carrying the reason; a ``JudgeError`` (judge unreachable)
+propagates, so the pipeline retries the evaluation next cycle. Failed generations are never cached.
 """
 
 from __future__ import annotations
@@ -19,7 +20,15 @@ from typing import Any
 
 from monitor.evaluators.base import EvaluationContext, InvalidReply, JudgeUsage, ask_judge, system_and_user
 from monitor.evaluators.item_cache import GeneratedItems, InMemoryItemCache, ItemCache, RubricItem
-from monitor.evaluators.views import Target, escape_data, result_fields, targets, user_requests, view
+from monitor.evaluators.views import (
+    Target,
+    escape_data,
+    output_budget,
+    result_fields,
+    targets,
+    user_requests,
+    view,
+)
 from monitor.judge.base import JudgeRequest
 from monitor.judge.render import render_conversation
 from monitor.models import Conversation, EvaluationResult
@@ -34,6 +43,8 @@ from monitor.rubrics.builtin import (
 from monitor.rubrics.kinds import AdaptiveRubric
 
 IMPORTANCE = ("high", "medium", "low")
+MAX_WAITS = 3
+"""How often an evaluation waits for another one's generation of the same items before generating itself."""
 REPLY_FOCUS = (
     "The reply being judged is the last assistant turn shown (index {index}); earlier turns are its context."
 )
@@ -58,6 +69,10 @@ GENERATION_SCHEMA: dict[str, Any] = {
     "required": ["intents", "items"],
     "additionalProperties": False,
 }
+
+
+_Generation = tuple[GeneratedItems | None, str | None]
+"""Generated items, or the reason there are none."""
 
 
 @dataclass(frozen=True)
@@ -118,7 +133,7 @@ def _as_bool(value: Any) -> bool | None:
 
 
 def parse_verdicts(reply: Any, items: Sequence[RubricItem]) -> dict[str, ItemVerdict]:
-    """Every item needs a yes/no verdict; a partial reply is rejected whole, since it could drop a failing item."""
+    """Every item needs a yes/no verdict. A partial reply is rejected whole: it could drop a failing item."""
     if not isinstance(reply, dict):
         raise InvalidReply("reply is not a JSON object")
     verdicts: dict[str, ItemVerdict] = {}
@@ -138,7 +153,8 @@ def parse_verdicts(reply: Any, items: Sequence[RubricItem]) -> dict[str, ItemVer
 
 
 def majority(samples: Sequence[Mapping[str, ItemVerdict]], item_id: str) -> tuple[ItemVerdict, int]:
-    """An item passes when more than half of the samples say yes (a tie fails); returns the verdict and yes votes."""
+    """An item passes when more than half of the samples say yes (a tie fails). Returns the verdict and the
+    yes votes."""
     votes = [sample[item_id] for sample in samples]
     yes = sum(v.passed for v in votes)
     passed = yes * 2 > len(votes)
@@ -147,12 +163,12 @@ def majority(samples: Sequence[Mapping[str, ItemVerdict]], item_id: str) -> tupl
 
 
 class AdaptiveEvaluator:
-    kinds = ("adaptive",)
+    kinds: tuple[str, ...] = ("adaptive",)
 
     def __init__(self, cache: ItemCache | None = None) -> None:
         self._cache: ItemCache = cache if cache is not None else InMemoryItemCache()
         # Concurrent evaluations of one request wait for a single generation call instead of each making one.
-        self._in_flight: dict[str, asyncio.Future[tuple[GeneratedItems | None, str | None]]] = {}
+        self._in_flight: dict[str, asyncio.Future[_Generation]] = {}
 
     async def evaluate(
         self, conversation: Conversation, rubric: AdaptiveRubric, context: EvaluationContext
@@ -170,24 +186,29 @@ class AdaptiveEvaluator:
         usage = JudgeUsage()
         generated, source, key, problem = await self._items(target, rubric, metric, context, usage)
         if generated is None:
-            return _unscored(conversation, rubric, context, target, usage, problem or "no_items",
-                             f"Unscored: item generation failed: {problem}")
+            reason = ("The conversation has no user request to write items for." if problem == "no_request"
+                      else f"Unscored: item generation failed: {problem}")
+            return _unscored(conversation, rubric, context, target, usage, problem or "no_items", reason)
+        settings = context.settings
         rendered = render_conversation(
-            view(target, metric.view), context.settings.context_token_budget, context.settings.tool_result_max_chars
+            view(target, metric.view), settings.context_token_budget, settings.tool_result_max_chars
         )
+        items = generated.items
         request = JudgeRequest(
-            messages=system_and_user(VALIDATION_INSTRUCTIONS, _validation_prompt(generated.items, target, rendered.text)),
-            schema=validation_schema(generated.items),
+            messages=system_and_user(
+                VALIDATION_INSTRUCTIONS, _validation_prompt(items, target, rendered.text)
+            ),
+            schema=validation_schema(items),
             schema_name="rubric_item_verdicts",
             model=rubric.judge_model,
-            temperature=context.settings.temperature,
-            max_output_tokens=context.settings.max_output_tokens,
+            temperature=settings.temperature,
+            max_output_tokens=output_budget(context, 120 * len(items) + 100),
             rubric=rubric.name,
         )
-        requested = rubric.samples or context.settings.samples
+        requested = rubric.samples or settings.samples
         samples: list[dict[str, ItemVerdict]] = []
         for _ in range(requested):
-            asked = await ask_judge(context.judge, request, lambda r: parse_verdicts(r, generated.items), usage)
+            asked = await ask_judge(context.judge, request, lambda r: parse_verdicts(r, items), usage)
             if asked.value is not None:
                 samples.append(asked.value)
             else:
@@ -220,7 +241,9 @@ class AdaptiveEvaluator:
             score=score,
             reason=_reason(rows),
             details=details,
-            **result_fields(conversation, rubric, rubric.pass_threshold, context, target, usage, rendered.truncated),
+            **result_fields(
+                conversation, rubric, rubric.pass_threshold, context, target, usage, rendered.truncated
+            ),
         )
 
     async def _items(
@@ -233,39 +256,59 @@ class AdaptiveEvaluator:
     ) -> tuple[GeneratedItems | None, str, str | None, str | None]:
         """The items, where they came from (rubric, cached, generated), the cache key and any problem."""
         if rubric.items:
-            return GeneratedItems(tuple(RubricItem(f"item_{i + 1}", q) for i, q in enumerate(rubric.items))), \
-                "rubric", None, None
+            written = tuple(RubricItem(f"item_{i + 1}", q) for i, q in enumerate(rubric.items))
+            return GeneratedItems(written), "rubric", None, None
         material = generation_material(target, metric)
         if material is None:
             return None, "generated", None, "no_request"
         system = generation_instructions(rubric, metric)
         key = items_key(rubric, system, material)
-        cached = self._cache.get(key)
-        if cached is not None:
-            return cached, "cached", key, None
-        waiting = self._in_flight.get(key)
-        if waiting is not None:
-            items, problem = await asyncio.shield(waiting)
-            return items, "cached", key, problem
-        future: asyncio.Future[tuple[GeneratedItems | None, str | None]] = asyncio.get_running_loop().create_future()
+        for _ in range(MAX_WAITS):
+            cached = self._cache.get(key)
+            if cached is not None:
+                return cached, "cached", key, None
+            waiting = self._in_flight.get(key)
+            if waiting is None:
+                break
+            try:
+                items, problem = await asyncio.shield(waiting)
+                return items, "cached", key, problem
+            except asyncio.CancelledError:
+                current = asyncio.current_task()
+                if not waiting.cancelled() or (current is not None and current.cancelling()):
+                    raise
+                # The evaluation that was generating was cancelled, not this one: generate here instead.
+        request = JudgeRequest(
+            messages=system_and_user(system, material),
+            schema=GENERATION_SCHEMA,
+            schema_name="rubric_items",
+            model=rubric.judge_model,
+            temperature=context.settings.temperature,
+            max_output_tokens=output_budget(context, 80 * rubric.max_items),
+            rubric=rubric.name,
+        )
+        generated, problem = await self._generate(key, request, rubric.max_items, context, usage)
+        return generated, "generated", key, problem
+
+    async def _generate(
+        self, key: str, request: JudgeRequest, max_items: int, context: EvaluationContext, usage: JudgeUsage
+    ) -> _Generation:
+        """One generation call; concurrent evaluations of the same request wait for it."""
+        future: asyncio.Future[_Generation] = asyncio.get_running_loop().create_future()
         self._in_flight[key] = future
         try:
-            request = JudgeRequest(
-                messages=system_and_user(system, material),
-                schema=GENERATION_SCHEMA,
-                schema_name="rubric_items",
-                model=rubric.judge_model,
-                temperature=context.settings.temperature,
-                max_output_tokens=context.settings.max_output_tokens,
-                rubric=rubric.name,
-            )
-            asked = await ask_judge(context.judge, request, lambda r: parse_items(r, rubric.max_items), usage)
+            asked = await ask_judge(context.judge, request, lambda r: parse_items(r, max_items), usage)
             if asked.value is not None:
                 self._cache.put(key, asked.value)
             future.set_result((asked.value, asked.error))
-            return asked.value, "generated", key, asked.error
+            return asked.value, asked.error
+        except asyncio.CancelledError:
+            future.cancel()
+            raise
         except BaseException as exc:
-            future.set_result((None, f"judge_error: error: {exc}"))
+            # Waiters fail the same way (a JudgeError leaves their evaluations pending too).
+            future.set_exception(exc)
+            future.exception()  # retrieved: no "never retrieved" warning when nobody was waiting
             raise
         finally:
             del self._in_flight[key]
@@ -297,7 +340,9 @@ def generation_material(target: Target, metric: AdaptiveMetric) -> str | None:
     if metric.request_scope == "last_user":
         parts.append(f"<user_request>\n{escape_data(requests[0])}\n</user_request>")
     else:
-        numbered = "\n".join(f'<message n="{n}">{escape_data(r)}</message>' for n, r in enumerate(requests, 1))
+        numbered = "\n".join(
+            f'<message n="{n}">{escape_data(text)}</message>' for n, text in enumerate(requests, 1)
+        )
         parts.append(f"<user_messages>\n{numbered}\n</user_messages>")
     return "\n".join(parts)
 
@@ -319,7 +364,9 @@ def _reason(rows: list[dict[str, Any]]) -> str:
     head = f"{len(rows) - len(failed)} of {len(rows)} items passed."
     if not failed:
         return head
-    shown = "; ".join(f"{r['question']} ({r['reasoning']})" if r["reasoning"] else r["question"] for r in failed[:3])
+    shown = "; ".join(
+        f"{r['question']} ({r['reasoning']})" if r["reasoning"] else r["question"] for r in failed[:3]
+    )
     more = f"; and {len(failed) - 3} more" if len(failed) > 3 else ""
     return f"{head} Failed: {shown}{more}"
 

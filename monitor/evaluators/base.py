@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
-from monitor.errors import JudgeError
+from monitor.errors import JudgeError, JudgeRefused
 from monitor.judge.base import ChatMessage, Judge, JudgeReply, JudgeRequest
 from monitor.models import Conversation, EvaluationResult
 from monitor.settings import JudgeSettings
@@ -65,7 +65,7 @@ class JudgeUsage:
 class Asked(Generic[T]):
     value: T | None
     error: str | None
-    """Why there is no value: ``invalid_reply: ...``."""
+    """Why there is no value: ``invalid_reply: ...`` or ``refused: ...``."""
 
 
 def extract_json(text: str) -> Any:
@@ -101,6 +101,11 @@ async def ask_judge(
     for _ in range(attempts):
         try:
             reply = await judge.complete(request)
+        except JudgeRefused as exc:
+            # The model declined, or the endpoint rejects this very prompt (400): a final answer about this
+            # conversation, unlike a transport failure, and asking again would get the same.
+            usage.add(request, getattr(exc, "reply", None))
+            return Asked(None, f"refused: {exc}")
         except JudgeError:
             usage.add(request, None)
             raise
@@ -109,6 +114,7 @@ async def ask_judge(
             return Asked(validate(extract_json(reply.text)), None)
         except (InvalidReply, ValueError, TypeError, KeyError) as exc:
             problem = str(exc) or type(exc).__name__
+            judge.record_invalid_reply(request.model)
     return Asked(None, f"invalid_reply: {problem}")
 
 

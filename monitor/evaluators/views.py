@@ -1,5 +1,4 @@
-"""Which reply of a conversation a Vertex-style rubric judges, and which part of the trace the judge sees with
-it.
+"""Which reply a Vertex-style rubric judges, and which part of the trace the judge sees with it.
 
 A conversation-level rubric judges the final reply (the last assistant message with text) with the whole
 conversation as context; a turn-level rubric judges every assistant message with text, each with the messages
@@ -8,12 +7,11 @@ up to it. Messages that only call tools are steps of a turn, not replies.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
 from monitor.evaluators.base import EvaluationContext, JudgeUsage
-from monitor.models import Conversation, Message, Part
+from monitor.models import Conversation, Message
 from monitor.rubrics.base import RubricBase
 from monitor.rubrics.builtin import RequestScope, TraceView
 
@@ -81,7 +79,8 @@ def view(target: Target, kind: TraceView) -> Conversation:
         return conversation.model_copy(update={"messages": messages[request or 0:]})
     bare: dict[str, Any] = {"system_instructions": None, "tool_definitions": ()}
     if kind == "final_response":
-        kept = (messages[request], _text_only(messages[-1])) if request is not None else (_text_only(messages[-1]),)
+        reply = _text_only(messages[-1])
+        kept = (messages[request], reply) if request is not None else (reply,)
         return conversation.model_copy(update={**bare, "messages": kept})
     dialogue = tuple(_text_only(m) for m in messages if m.role in ("user", "assistant") and m.text.strip())
     return conversation.model_copy(update={**bare, "messages": dialogue})
@@ -90,14 +89,6 @@ def view(target: Target, kind: TraceView) -> Conversation:
 def escape_data(text: str) -> str:
     """Escape ``<`` and ``>`` so that data cannot close the tag it is enclosed in and speak to the judge."""
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-
-
-def tool_results(messages: tuple[Message, ...]) -> list[Part]:
-    return [p for m in messages for p in m.parts if p.type == "tool_call_response"]
-
-
-def as_text(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True)
 
 
 def result_fields(
@@ -109,7 +100,7 @@ def result_fields(
     usage: JudgeUsage,
     truncated: bool = False,
 ) -> dict[str, Any]:
-    """The fields every result of a Vertex-style rubric carries: identity, cost and (if kept) the audit trail."""
+    """The fields every Vertex-style result carries: identity, cost, and the audit trail when it is kept."""
     kind: str = getattr(rubric, "kind", "")
     return {
         "conversation_id": conversation.id,
@@ -130,3 +121,9 @@ def result_fields(
         "prompt": usage.prompts[-1] if usage.prompts and context.store_content else None,
         "raw_reply": "\n---\n".join(usage.replies) if usage.replies and context.store_content else None,
     }
+
+
+def output_budget(context: EvaluationContext, needed: int) -> int:
+    """``judge.max_output_tokens``, raised when the reply must hold more (a verdict per item or sentence): a
+    truncated reply is invalid JSON and would cost a second call."""
+    return max(context.settings.max_output_tokens, needed)

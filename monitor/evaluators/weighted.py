@@ -7,7 +7,6 @@ Scoring (``foundry_score``) follows foundry-rubrics.md §2: only applicable dime
 
 from __future__ import annotations
 
-import json
 import statistics
 from collections import Counter
 from collections.abc import Sequence
@@ -149,6 +148,15 @@ def _reason(scored: list[DimensionScore], ones: list[DimensionScore], passed: bo
     return f"{head} {detail}" if detail else head
 
 
+def rubric_prompt(rubric: WeightedRubric) -> str:
+    """The rubric as the judge reads it: one line per dimension, compact so that small models read it fast."""
+    lines = [f"{rubric.name}: {rubric.description}" if rubric.description else rubric.name]
+    for d in rubric.dimensions:
+        always = ", always applicable" if d.always_applicable else ""
+        lines.append(f"- {d.id} (weight {d.weight}{always}): {d.description}")
+    return "\n".join(lines)
+
+
 class WeightedEvaluator:
     kinds = ("weighted",)
 
@@ -171,11 +179,7 @@ class WeightedEvaluator:
             conversation, settings.context_token_budget, settings.tool_result_max_chars, upto=turn
         )
         model = rubric.judge_model or context.judge.model
-        rubric_text = json.dumps(
-            {"name": rubric.name, "description": rubric.description,
-             "dimensions": [d.model_dump() for d in rubric.dimensions]},
-            ensure_ascii=False, indent=1,
-        )
+        rubric_text = rubric_prompt(rubric)
         system = f"{WEIGHTED_INSTRUCTIONS}\n\n<rubric>\n{rubric_text}\n</rubric>"
         user = rendered.text if turn is None else TURN_FOCUS.format(turn_index=turn) + "\n" + rendered.text
         request = JudgeRequest(

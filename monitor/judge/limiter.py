@@ -25,7 +25,8 @@ Clock = Callable[[], float]
 Sleep = Callable[[float], Awaitable[None]]
 
 _SECONDS_PER_MINUTE = 60.0
-_TOKEN_BURST_SECONDS = 1.0
+_ROUNDING = 1e-9
+"""Units a bucket may lack and still admit: refills computed in floating point land a hair short."""
 
 
 @dataclass
@@ -45,7 +46,7 @@ class _Bucket:
 
     def wait_for(self, cost: float) -> float:
         needed = min(cost, self.capacity)
-        return 0.0 if self.level >= needed else (needed - self.level) / self.rate
+        return 0.0 if self.level + _ROUNDING >= needed else (needed - self.level) / self.rate
 
     def adjust(self, delta: float) -> None:
         """Take ``delta`` units (give back when negative), never holding more than the capacity."""
@@ -95,6 +96,21 @@ class RateLimiter:
         rate = per_minute / _SECONDS_PER_MINUTE
         return _Bucket(rate=rate, capacity=max(capacity, 1.0), level=max(capacity, 1.0), updated=now)
 
+    def set_request_limit(self, requests_per_minute: float) -> None:
+        """Change the request rate (an endpoint announced its quota); spacing changes from the next call."""
+        self._requests = self._resized(self._requests, requests_per_minute, 1.0)
+
+    def set_token_limit(self, tokens_per_minute: float) -> None:
+        self._tokens = self._resized(self._tokens, tokens_per_minute, tokens_per_minute / _SECONDS_PER_MINUTE)
+
+    def _resized(self, bucket: _Bucket | None, per_minute: float, capacity: float) -> _Bucket | None:
+        now = self._clock()
+        resized = self._bucket(per_minute, capacity, now)
+        if bucket is not None and resized is not None:
+            bucket.refill(now)
+            resized.level = min(resized.capacity, bucket.level)
+        return resized
+
     @property
     def paused_until(self) -> float:
         """Clock time before which no call is admitted (a 429's Retry-After, an exhausted quota header)."""
@@ -141,3 +157,49 @@ class RateLimiter:
         if self._tokens is not None:
             self._tokens.refill(self._clock())
             self._tokens.adjust(float(actual_tokens - permit.estimated_tokens))
+
+
+class AdaptiveRequestRate:
+    """A request rate for endpoints that announce no quota and answer only 429 (bare gateways, some Azure
+    deployments): additive-increase / multiplicative-decrease, as TCP does for congestion.
+
+    Until the first 429 there is no limit. The first 429 starts pacing at the rate that was being accepted over
+    the last ``window`` seconds; every further 429 (at most one per ``cooldown``, as one burst brings several)
+    cuts the rate by ``decrease``; every success raises it by ``increase`` of itself, so the rate settles just
+    under the endpoint's quota with an occasional 429 instead of a storm of them.
+    """
+
+    def __init__(self, *, clock: Clock = time.monotonic, window: float = 5.0, decrease: float = 0.7,
+                 increase: float = 0.01, cooldown: float = 1.0, floor_per_minute: float = 6.0) -> None:
+        self._clock = clock
+        self._window = window
+        self._decrease = decrease
+        self._increase = increase
+        self._cooldown = cooldown
+        self._floor = floor_per_minute
+        self._successes: list[float] = []
+        self._last_decrease = float("-inf")
+        self.requests_per_minute: float | None = None
+
+    def record_success(self) -> float | None:
+        """Note an accepted call; returns the new rate once pacing has started."""
+        now = self._clock()
+        self._successes.append(now)
+        cutoff = now - self._window
+        if self._successes[0] < cutoff:
+            self._successes = [t for t in self._successes if t >= cutoff]
+        if self.requests_per_minute is not None:
+            self.requests_per_minute *= 1.0 + self._increase
+        return self.requests_per_minute
+
+    def record_rate_limited(self) -> float:
+        """Note a 429; returns the rate to pace at from now on."""
+        now = self._clock()
+        if self.requests_per_minute is None:
+            accepted = sum(1 for t in self._successes if t >= now - self._window)
+            self.requests_per_minute = max(self._floor, accepted / self._window * _SECONDS_PER_MINUTE)
+            self._last_decrease = now
+        elif now - self._last_decrease >= self._cooldown:
+            self.requests_per_minute = max(self._floor, self.requests_per_minute * self._decrease)
+            self._last_decrease = now
+        return self.requests_per_minute

@@ -11,12 +11,14 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import logging
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from pydantic import SecretStr
 
 from monitor.errors import ConfigError
+from monitor.judge.base import JudgeReply, JudgeRequest
 from monitor.judge.openai_judge import OpenAIJudge
 from monitor.metrics import MonitorMetrics
 from monitor.settings import JudgeSettings, LocalJudgeSettings
@@ -77,18 +79,50 @@ class LocalModelServer:
         self._server = None
 
 
+REASON_MAX_CHARS = 160
+"""A small model fills free text until max_tokens; on 2 CPU cores every reply token costs ~40 ms."""
+
+LOCAL_MIN_TIMEOUT_SECONDS = 300.0
+"""Reading a long transcript on a shared CPU takes minutes, not seconds."""
+
+
+def local_judge_settings(settings: JudgeSettings) -> JudgeSettings:
+    """What the embedded judge changes in the judge settings: one call at a time (llama.cpp would split the two
+    cores between parallel requests and finish none sooner), and a timeout sized for a CPU."""
+    return settings.model_copy(update={
+        "concurrency": 1,
+        "timeout_seconds": max(settings.timeout_seconds, LOCAL_MIN_TIMEOUT_SECONDS),
+        "response_mode": "json_schema",
+    })
+
+
+def bound_reasons(schema: Any) -> Any:
+    """A copy of ``schema`` whose ``reason`` strings have a ``maxLength``, which llama.cpp's grammar enforces."""
+    if isinstance(schema, dict):
+        bounded = {key: bound_reasons(value) for key, value in schema.items()}
+        reason = bounded.get("properties", {}).get("reason")
+        if isinstance(reason, dict) and reason.get("type") == "string":
+            bounded["properties"]["reason"] = {**reason, "maxLength": REASON_MAX_CHARS}
+        return bounded
+    if isinstance(schema, list):
+        return [bound_reasons(item) for item in schema]
+    return schema
+
+
 class LocalJudge(OpenAIJudge):
     """``OpenAIJudge`` pointed at the embedded server; the server lives and dies with the judge."""
 
     def __init__(self, settings: JudgeSettings, metrics: MonitorMetrics) -> None:
         self._local_server = LocalModelServer(settings.local)
-        endpoint = settings.model_copy(update={
+        endpoint = local_judge_settings(settings).model_copy(update={
             "kind": "openai",
             "base_url": self._local_server.base_url,
             "api_key": SecretStr("unused"),
-            "response_mode": "json_schema",
         })
         super().__init__(endpoint, metrics)
+
+    async def complete(self, request: JudgeRequest) -> JudgeReply:
+        return await super().complete(replace(request, schema=bound_reasons(request.schema)))
 
     async def aclose(self) -> None:
         await super().aclose()

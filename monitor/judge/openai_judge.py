@@ -51,7 +51,7 @@ from monitor.errors import (
     JudgeUnavailable,
 )
 from monitor.judge.base import JudgeReply, JudgeRequest, ResponseMode
-from monitor.judge.limiter import Permit, RateLimiter
+from monitor.judge.limiter import AdaptiveRequestRate, Permit, RateLimiter
 from monitor.metrics import MonitorMetrics
 from monitor.settings import JudgeSettings, read_secret
 
@@ -171,6 +171,23 @@ def quota_resets(headers: Mapping[str, str], *, only_exhausted: bool) -> list[fl
     return resets
 
 
+def spent_quota_wait(headers: Mapping[str, str]) -> float | None:
+    """After a successful reply whose ``x-ratelimit-remaining-*`` says 0 (lower-case ``headers``): how long to
+    hold the next call. The reset header times a full refill; one request is back after 60 s / the limit."""
+    waits: list[float] = []
+    for unit in ("requests", "tokens"):
+        if headers.get(f"x-ratelimit-remaining-{unit}", "").strip() != "0":
+            continue
+        reset = parse_duration(headers.get(f"x-ratelimit-reset-{unit}", ""))
+        if reset is None:
+            continue
+        limit = headers.get(f"x-ratelimit-limit-{unit}", "")
+        if unit == "requests" and limit.isdigit() and int(limit) > 0:
+            reset = min(reset, 60.0 / int(limit))
+        waits.append(reset)
+    return max(waits) if waits else None
+
+
 def _with_schema_instructions(messages: list[dict[str, str]], request: JudgeRequest) -> list[dict[str, str]]:
     # json_object mode needs the word JSON in the prompt and says nothing about the shape; prompt mode has
     # nothing else to go on. Either way the schema travels in the instructions.
@@ -216,6 +233,8 @@ class OpenAIJudge:
         self._auth_failed_at: float | None = None
         self._auth_probe_running = False
         self._unpriced_models: set[str] = set()
+        self._announced_limits: dict[str, int] = {}
+        self._adaptive_rate = AdaptiveRequestRate()
         metrics.judge_up.labels(self.model).set(1)
         metrics.judge_limiter_wait.labels(self.model).set(0)
 
@@ -353,6 +372,9 @@ class OpenAIJudge:
                 self._limiter.settle(permit, spent)
                 raise self._translate(exc, model, call, state) from exc
         self._auth_accepted()
+        self._adopt_announced_limits(raw.headers)
+        if self._adapts_request_rate() and (rpm := self._adaptive_rate.record_success()) is not None:
+            self._limiter.set_request_limit(rpm)
         self._honour_quota_headers(raw.headers)
         return self._reply(raw, model, call, permit)
 
@@ -421,12 +443,15 @@ class OpenAIJudge:
     ) -> Exception:
         status = exc.status_code
         detail = f"HTTP {status}: {_error_message(exc)}"
+        self._adopt_announced_limits(exc.response.headers)
         if status in (401, 403):
             return self._auth_refused(model, detail)
         if status == 429:
             if exc.code == "insufficient_quota":
                 # Billing, not pacing: waiting does not help.
                 return JudgeRateLimited(f"judge model {model}: quota exhausted ({detail})")
+            if self._adapts_request_rate():
+                self._limiter.set_request_limit(self._adaptive_rate.record_rate_limited())
             limited = JudgeRateLimited(f"judge model {model}: rate limited past {self._settings.max_retries} "
                                        f"retries ({detail})")
             return _Retryable("rate_limited", retry_after_seconds(exc.response.headers), limited)
@@ -492,10 +517,34 @@ class OpenAIJudge:
 
     # -- reply -----------------------------------------------------------------------------------------------
 
+    def _adapts_request_rate(self) -> bool:
+        """Neither the settings nor the endpoint give a request limit: it is found by AIMD on 429s."""
+        return self._settings.requests_per_minute is None and "requests" not in self._announced_limits
+
+    def _adopt_announced_limits(self, headers: Mapping[str, str]) -> None:
+        """Limits the settings leave open are taken from ``x-ratelimit-limit-*``, so the judge runs at the
+        endpoint's quota without being told it; limits set in the settings always win."""
+        settings = self._settings
+        configured = {"requests": settings.requests_per_minute, "tokens": settings.tokens_per_minute}
+        for unit, setting in configured.items():
+            value = str(headers.get(f"x-ratelimit-limit-{unit}", "")).strip()
+            if setting is not None or not value.isdigit() or int(value) <= 0:
+                continue
+            limit = int(value)
+            if self._announced_limits.get(unit) == limit:
+                continue
+            self._announced_limits[unit] = limit
+            if unit == "requests":
+                self._limiter.set_request_limit(limit)
+            else:
+                self._limiter.set_token_limit(limit)
+            logger.info("judge model %s: endpoint announces %d %s per minute; pacing calls to match",
+                        self.model, limit, unit)
+
     def _honour_quota_headers(self, headers: Mapping[str, str]) -> None:
-        resets = quota_resets({k.lower(): v for k, v in headers.items()}, only_exhausted=True)
-        if resets:
-            self._limiter.pause_for(min(max(resets), self._settings.max_retry_wait_seconds))
+        wait = spent_quota_wait({k.lower(): v for k, v in headers.items()})
+        if wait is not None:
+            self._limiter.pause_for(min(wait, self._settings.max_retry_wait_seconds))
 
     def _reply(self, raw: Any, model: str, call: _Call, permit: Permit) -> JudgeReply:
         try:

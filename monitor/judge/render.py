@@ -1,16 +1,43 @@
-"""Render a conversation as delimited data for a judge prompt.
+"""Render a conversation as delimited data for a judge prompt, within a token budget.
 
-Everything the agent saw or said is put between tags and its own ``<`` and ``>`` are escaped, so a transcript
-cannot close the data block and speak to the judge. (First version: no token budget yet.)
+Everything the agent saw or said is put between tags and its own ``&``, ``<`` and ``>`` are escaped (``"`` too
+inside attributes), so a transcript cannot close the data block and speak to the judge.
+
+A long conversation is fitted to ``budget_tokens`` in steps, each taken only when the previous one is not
+enough, so the judge sees as much as possible:
+
+1. every tool result longer than ``tool_result_max_chars`` keeps its head and tail (always);
+2. tool results of older turns are compacted harder (the latest turns keep theirs);
+3. middle turns are dropped, oldest first: the system instructions, the first user message and the latest
+   turns stay; each dropped run is replaced by an ``<omitted>`` element naming the turns and the tools they
+   called;
+4. the longest remaining texts are cut in the middle.
+
+Every cut is marked where it happened (``[... N chars cut ...]`` or ``<omitted>``) and ``truncated`` is True,
+so a verdict on a partial view can be flagged. Turn indices are the conversation's own, gaps included.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
-from monitor.models import Conversation, Message
+from monitor.models import Conversation, Message, Part
+
+_OLDER_TOOL_RESULT_CHARS = 300
+"""What a tool result of an older turn keeps once the budget is tight (step 2)."""
+_LATEST_TURNS_KEPT_WHOLE = 2
+"""Turns at the end whose tool results step 2 leaves alone: what the judge is most likely asked about."""
+_MIN_TEXT_CHARS = 200
+"""Step 4 never cuts a text below this: below it a message says nothing useful."""
+_OMISSION_RESERVE_TOKENS = 80
+"""Room kept for ``<omitted>`` markers when choosing which turns fit."""
+_HEAD_SHARE = 3
+"""System instructions may take at most 1/3 of the budget, tool definitions at most 1/6."""
+_TOOL_NAMES_LISTED = 12
 
 
 @dataclass(frozen=True)
@@ -19,10 +46,14 @@ class RenderedConversation:
     truncated: bool
     """True when something was cut to fit the budget (marked in the text as well)."""
     estimated_tokens: int
+    omitted_turns: int = 0
+    """Turns left out entirely (step 3)."""
+    cut_parts: int = 0
+    """Texts, tool results and definitions shortened in place (steps 1, 2 and 4)."""
 
 
 def estimate_tokens(text: str) -> int:
-    """About four characters per token: close enough for budgets and rate limits, corrected by reported usage."""
+    """About four characters per token: close enough for budgets and rate limits; usage corrects it."""
     return len(text) // 4 + 1
 
 
@@ -30,28 +61,183 @@ def _escape(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
+def _attr(text: str) -> str:
+    return _escape(text).replace('"', "&quot;")
+
+
 def _dumps(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True)
 
 
-def _render_message(index: int, message: Message, tool_result_max_chars: int) -> str:
+def _cut_middle(text: str, max_chars: int | None) -> tuple[str, bool]:
+    """Keep the head and the tail (errors and conclusions tend to sit at the end) with a marker between."""
+    if max_chars is None or len(text) <= max_chars:
+        return text, False
+    head = max_chars * 2 // 3
+    tail = max_chars - head
+    marker = f" [... {len(text) - max_chars} chars cut ...] "
+    return text[:head] + marker + (text[len(text) - tail:] if tail else ""), True
+
+
+@dataclass
+class _Limits:
+    """How much of one message may be shown."""
+
+    tool_result_chars: int
+    text_chars: int | None = None
+
+
+@dataclass
+class _Block:
+    index: int
+    message: Message
+    limits: _Limits
+    text: str = ""
+    cuts: int = 0
+    tokens: int = 0
+
+    def render(self) -> _Block:
+        self.text, self.cuts = _render_message(self.index, self.message, self.limits)
+        self.tokens = estimate_tokens(self.text) + 1
+        return self
+
+
+def _render_part_text(content: str, limits: _Limits) -> tuple[str, int]:
+    text, cut = _cut_middle(content, limits.text_chars)
+    return _escape(text), int(cut)
+
+
+def _render_message(index: int, message: Message, limits: _Limits) -> tuple[str, int]:
     body: list[str] = []
+    cuts = 0
     for part in message.parts:
         if part.type == "text" and part.content:
-            body.append(_escape(part.content))
+            text, cut = _render_part_text(part.content, limits)
+            body.append(text)
         elif part.type == "tool_call":
-            body.append(f'<tool_call id="{_escape(part.id or "")}" name="{_escape(part.name or "")}">'
-                        f"{_escape(_dumps(part.arguments))}</tool_call>")
+            arguments, cut_flag = _cut_middle(_dumps(part.arguments), limits.text_chars)
+            cut = int(cut_flag)
+            body.append(f'<tool_call id="{_attr(part.id or "")}" name="{_attr(part.name or "")}">'
+                        f"{_escape(arguments)}</tool_call>")
         elif part.type == "tool_call_response":
-            result = _dumps(part.response)
-            if len(result) > tool_result_max_chars:
-                result = result[:tool_result_max_chars] + f" [... {len(result) - tool_result_max_chars} chars cut]"
-            body.append(f'<tool_result id="{_escape(part.id or "")}">{_escape(result)}</tool_result>')
+            cap = min(limits.tool_result_chars, limits.text_chars or limits.tool_result_chars)
+            result, cut_flag = _cut_middle(_dumps(part.response), cap)
+            cut = int(cut_flag)
+            body.append(f'<tool_result id="{_attr(part.id or "")}">{_escape(result)}</tool_result>')
         elif part.type == "reasoning" and part.content:
-            body.append(f"<reasoning>{_escape(part.content)}</reasoning>")
+            text, cut = _render_part_text(part.content, limits)
+            body.append(f"<reasoning>{text}</reasoning>")
         else:
-            body.append(f'<part type="{_escape(part.type)}">{_escape(_dumps(part.data))}</part>')
-    return f'<turn index="{index}" role="{_escape(message.role)}">\n' + "\n".join(body) + "\n</turn>"
+            data, cut_flag = _cut_middle(_dumps(part.data), limits.text_chars)
+            cut = int(cut_flag)
+            body.append(f'<part type="{_attr(part.type)}">{_escape(data)}</part>')
+        cuts += cut
+    text = f'<turn index="{index}" role="{_attr(message.role)}">\n' + "\n".join(body) + "\n</turn>"
+    return text, cuts
+
+
+@dataclass
+class _Head:
+    lines: list[str] = field(default_factory=list)
+    cuts: int = 0
+
+
+def _render_head(conversation: Conversation, budget_tokens: int) -> _Head:
+    head = _Head([f'<conversation agent="{_attr(conversation.agent)}">'])
+    if conversation.truncated:
+        head.lines.append("<note>Some values of this conversation were truncated by the trace store; judge "
+                          "only what is shown.</note>")
+    budget_chars = budget_tokens * 4
+    if conversation.system_instructions:
+        instructions, cut = _cut_middle(conversation.system_instructions, budget_chars // _HEAD_SHARE)
+        head.cuts += int(cut)
+        head.lines.append(f"<system_instructions>\n{_escape(instructions)}\n</system_instructions>")
+    if conversation.tool_definitions:
+        head.lines.append(_render_tools(conversation, budget_chars // (2 * _HEAD_SHARE), head))
+    return head
+
+
+def _render_tools(conversation: Conversation, max_chars: int, head: _Head) -> str:
+    tools = [t.model_dump(exclude_none=True) for t in conversation.tool_definitions]
+    full = _dumps(tools)
+    if len(full) <= max_chars:
+        return f"<tool_definitions>\n{_escape(full)}\n</tool_definitions>"
+    # Names and descriptions tell the judge what the agent could do; parameter schemas are the first to go.
+    head.cuts += 1
+    brief = _dumps([{k: v for k, v in t.items() if k in ("name", "description")} for t in tools])
+    brief, _ = _cut_middle(brief, max_chars)
+    return f'<tool_definitions parameters="omitted">\n{_escape(brief)}\n</tool_definitions>'
+
+
+def _omission(blocks: Sequence[_Block]) -> str:
+    calls = Counter(p.name or "?" for b in blocks for p in b.message.parts if p.type == "tool_call")
+    first, last = blocks[0].index, blocks[-1].index
+    span = f"{first}" if first == last else f"{first}-{last}"
+    noun = "turn" if len(blocks) == 1 else "turns"
+    note = f"{len(blocks)} {noun} left out to fit the context budget"
+    if calls:
+        listed = ", ".join(f"{name} x{count}" for name, count in calls.most_common(_TOOL_NAMES_LISTED))
+        more = "" if len(calls) <= _TOOL_NAMES_LISTED else f" and {len(calls) - _TOOL_NAMES_LISTED} more"
+        note += f"; tools called in them: {listed}{more}"
+    return (f'<omitted turns="{span}" count="{len(blocks)}" tool_calls="{sum(calls.values())}">'
+            f"{_escape(note)}</omitted>")
+
+
+def _select(blocks: list[_Block], pinned: set[int], available: int) -> list[_Block]:
+    """The pinned blocks plus as many of the latest others as fit in ``available`` tokens, in order."""
+    used = sum(b.tokens for b in blocks if b.index in pinned)
+    kept = {b.index for b in blocks if b.index in pinned}
+    for block in reversed(blocks):
+        if block.index in kept:
+            continue
+        if used + block.tokens > available:
+            break
+        kept.add(block.index)
+        used += block.tokens
+    return [b for b in blocks if b.index in kept]
+
+
+def _body(blocks: list[_Block], kept: list[_Block]) -> tuple[list[str], int]:
+    """The kept blocks' text with an ``<omitted>`` element for each run of left-out blocks between them."""
+    kept_indices = {b.index for b in kept}
+    lines: list[str] = []
+    run: list[_Block] = []
+    omitted = 0
+    for block in blocks:
+        if block.index in kept_indices:
+            if run:
+                lines.append(_omission(run))
+                omitted += len(run)
+                run = []
+            lines.append(block.text)
+        else:
+            run.append(block)
+    if run:
+        lines.append(_omission(run))
+        omitted += len(run)
+    return lines, omitted
+
+
+def _part_chars(part: Part) -> int:
+    if part.type in ("text", "reasoning"):
+        return len(part.content or "")
+    if part.type == "tool_call":
+        return len(_dumps(part.arguments))
+    if part.type == "tool_call_response":
+        return len(_dumps(part.response))
+    return len(_dumps(part.data))
+
+
+def _shrink_longest(kept: list[_Block]) -> bool:
+    """Halve the text allowance of the largest kept block; False when nothing can shrink any more."""
+    for block in sorted(kept, key=lambda b: b.tokens, reverse=True):
+        current = block.limits.text_chars or max(map(_part_chars, block.message.parts), default=0)
+        if current <= _MIN_TEXT_CHARS:
+            continue
+        block.limits.text_chars = max(_MIN_TEXT_CHARS, current // 2)
+        block.render()
+        return True
+    return False
 
 
 def render_conversation(
@@ -60,18 +246,36 @@ def render_conversation(
     tool_result_max_chars: int = 2_000,
     upto: int | None = None,
 ) -> RenderedConversation:
-    """Render ``conversation`` (its messages up to and including index ``upto``, when given)."""
+    """Render ``conversation`` (its messages up to and including index ``upto``, when given) within about
+    ``budget_tokens`` tokens; see the module docstring for what is kept and how cuts are marked."""
     messages = conversation.messages if upto is None else conversation.messages[: upto + 1]
-    lines = [f'<conversation agent="{_escape(conversation.agent)}">']
-    if conversation.truncated:
-        lines.append("<note>Some values of this conversation were truncated by the trace store; judge only what "
-                     "is shown.</note>")
-    if conversation.system_instructions:
-        lines.append(f"<system_instructions>\n{_escape(conversation.system_instructions)}\n</system_instructions>")
-    if conversation.tool_definitions:
-        tools = [t.model_dump(exclude_none=True) for t in conversation.tool_definitions]
-        lines.append(f"<tool_definitions>\n{_escape(_dumps(tools))}\n</tool_definitions>")
-    lines.extend(_render_message(i, m, tool_result_max_chars) for i, m in enumerate(messages))
-    lines.append("</conversation>")
-    text = "\n".join(lines)
-    return RenderedConversation(text=text, truncated=False, estimated_tokens=estimate_tokens(text))
+    head = _render_head(conversation, budget_tokens)
+    closing = "</conversation>"
+    blocks = [_Block(i, m, _Limits(tool_result_max_chars)).render() for i, m in enumerate(messages)]
+    available = budget_tokens - estimate_tokens("\n".join([*head.lines, closing]))
+
+    if sum(b.tokens for b in blocks) > available:
+        for block in blocks[: max(0, len(blocks) - _LATEST_TURNS_KEPT_WHOLE)]:
+            if block.message.parts and any(p.type == "tool_call_response" for p in block.message.parts):
+                block.limits.tool_result_chars = min(tool_result_max_chars, _OLDER_TOOL_RESULT_CHARS)
+                block.render()
+
+    kept = blocks
+    if sum(b.tokens for b in blocks) > available:
+        first_user = next((b.index for b in blocks if b.message.role == "user"), None)
+        pinned = {b.index for b in blocks[-1:]} | ({first_user} if first_user is not None else set())
+        room = available - _OMISSION_RESERVE_TOKENS
+        kept = _select(blocks, pinned, room)
+        while sum(b.tokens for b in kept) > room and _shrink_longest(kept):
+            pass
+
+    lines, omitted = _body(blocks, kept)
+    text = "\n".join([*head.lines, *lines, closing])
+    cuts = head.cuts + sum(b.cuts for b in kept)
+    return RenderedConversation(
+        text=text,
+        truncated=bool(omitted or cuts),
+        estimated_tokens=estimate_tokens(text),
+        omitted_turns=omitted,
+        cut_parts=cuts,
+    )

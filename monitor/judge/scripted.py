@@ -16,6 +16,7 @@ class ScriptedJudge:
         self.model = model
         self._script = script
         self.requests: list[JudgeRequest] = []
+        self.invalid_replies = 0
 
     async def complete(self, request: JudgeRequest) -> JudgeReply:
         self.requests.append(request)
@@ -23,6 +24,9 @@ class ScriptedJudge:
         prompt_chars = sum(len(m.content) for m in request.messages)
         return JudgeReply(text=text, model=request.model or self.model, mode="json_schema",
                           input_tokens=prompt_chars // 4, output_tokens=len(text) // 4)
+
+    def record_invalid_reply(self, model: str | None = None) -> None:
+        self.invalid_replies += 1
 
     async def aclose(self) -> None:
         return None

@@ -44,7 +44,7 @@ class AdaptiveMetric:
 
 
 def flow(text: str) -> str:
-    """Join hard-wrapped prompt text: a blank line keeps a paragraph break, a line starting with ``- `` a bullet."""
+    """Join hard-wrapped prompt text; a blank line keeps a paragraph break, a leading ``- `` a bullet."""
     lines: list[str] = []
     for raw in text.strip().splitlines():
         line = raw.strip()

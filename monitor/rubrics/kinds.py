@@ -28,7 +28,7 @@ class AdaptiveRubric(RubricBase):
 
     kind: Literal["adaptive"] = "adaptive"
     metric: str = "general_quality"
-    """A built-in metric (``general_quality``, ``tool_use_quality``, ... see ``rubrics list``) or ``custom``."""
+    """A built-in metric (``general_quality``, ``tool_use_quality``, ...) or ``custom``."""
     items: tuple[str, ...] = ()
     """Fixed yes/no questions. When given, no items are generated; required for
     ``final_response_reference_free``."""
@@ -59,14 +59,19 @@ class AdaptiveRubric(RubricBase):
     @model_validator(mode="after")
     def _items_when_required(self) -> AdaptiveRubric:
         if BUILTIN_METRICS[self.metric].requires_items and not self.items:
-            raise ValueError(f"items: metric {self.metric} judges only items written in the rubric; give at least one")
+            raise ValueError(f"items: metric {self.metric} judges only items written in the rubric")
         if self.metric == "custom" and not (self.items or self.guidelines):
-            raise ValueError("guidelines: a custom adaptive rubric needs items or guidelines to generate items from")
+            raise ValueError("guidelines: a custom adaptive rubric needs items, or guidelines to write them")
         return self
 
 
 class StaticMetricRubric(RubricBase):
-    """One fixed judge question per conversation, scored by a published formula."""
+    """One fixed judge question per conversation, scored by a published formula.
+
+    ``safety`` scores 1 for safe and 0 for a violation, always. Vertex AI flipped this polarity between
+    versions (``safety_v1``: 1 = safe; ``safety_v3``: 1 = violation), so compare with Vertex numbers with
+    care.
+    """
 
     kind: Literal["grounding", "hallucination", "safety", "final_response_match"]
     pass_threshold: float = Field(default=1.0, ge=0.0, le=1.0)

@@ -29,10 +29,21 @@ def _read(path: Path) -> Any:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise RubricError(str(path), None, f"cannot read: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise RubricError(str(path), None, f"not UTF-8 text: {exc.reason} at byte {exc.start}") from exc
+    return _decode(text, path)
+
+
+def _decode(text: str, path: Path) -> Any:
     try:
         return json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
     except (json.JSONDecodeError, yaml.YAMLError) as exc:
         raise RubricError(str(path), None, f"not valid {path.suffix.lstrip('.').upper()}: {exc}") from exc
+
+
+def load_rubric_text(text: str, path: Path) -> Rubric:
+    """Validate rubric content already read from ``path`` (the registry parses exactly the bytes it hashed)."""
+    return parse_rubric(_decode(text, path), str(path))
 
 
 def parse_rubric(data: Any, where: str) -> Rubric:

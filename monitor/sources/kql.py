@@ -1,4 +1,4 @@
-"""The KQL the App Insights source runs, built from settings alone so an operator can paste it into the portal.
+"""The KQL the App Insights source runs, built from settings alone so an operator can paste it in the portal.
 
 GenAI spans are selected on ``customDimensions["gen_ai.operation.name"]``, not on the dependency ``type``: the
 Azure Monitor exporter writes ``type = "N/A"`` for a GenAI CLIENT span unless the deprecated ``gen_ai.system``
@@ -7,8 +7,8 @@ attribute is present. Span events (the legacy ``gen_ai.user.message`` ... format
 
 With agents configured, a trace is kept when any of its GenAI spans names one of them (``gen_ai.agent.name``,
 ``gen_ai.agent.id`` or the exporter's propagated ``microsoft.gen_ai.main_agent.*``), so child ``chat`` and
-``execute_tool`` spans that carry no agent attribute come along. That lookup reaches ``overlap_seconds`` before the
-window, which is why the query's timespan then starts earlier than the rows it returns.
+``execute_tool`` spans that carry no agent attribute come along. That lookup reaches ``overlap_seconds``
+before the window, which is why the query's timespan then starts earlier than the rows it returns.
 """
 
 from __future__ import annotations
@@ -60,7 +60,8 @@ class TableSchema:
     def projection(self) -> tuple[str, ...]:
         return (
             self.time, self.item_type, self.operation_id, self.span_id, self.parent_id, self.span_name,
-            self.message, self.duration_ms, self.success, self.dependency_type, self.properties, self.role_name,
+            self.message, self.duration_ms, self.success, self.dependency_type, self.properties,
+            self.role_name,
         )
 
 
@@ -146,7 +147,7 @@ def kql_string(value: str) -> str:
 
 
 def query_timespan(settings: AppInsightsSourceSettings, window: Window) -> tuple[datetime, datetime]:
-    """The ``timespan`` sent with the query: wider than the window when the agent lookup needs to look back."""
+    """The ``timespan`` sent with the query: wider than the window when the agent lookup looks back."""
     if settings.agents:
         return window.start - timedelta(seconds=settings.overlap_seconds), window.end
     return window.start, window.end
@@ -169,7 +170,7 @@ def build_query(settings: AppInsightsSourceSettings, schema: TableSchema, window
         matches = "\n        or ".join(f'tostring({props}["{key}"]) in (agents)' for key in AGENT_KEYS)
         lines += [
             f"let agents = dynamic([{', '.join(kql_string(a) for a in settings.agents)}]);",
-            "// traces with a span of a configured agent (the timespan reaches back overlap_seconds for them)",
+            "// traces with a span of a configured agent (the timespan reaches back overlap_seconds)",
             "let agent_traces = gen_ai_spans",
             f"    | where {matches}",
             f"    | distinct {s.operation_id};",

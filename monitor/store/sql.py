@@ -34,6 +34,7 @@ from sqlalchemy import (
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.pool import StaticPool
 
+from monitor.assemble import conversation_key
 from monitor.errors import StoreError
 from monitor.metrics import WindowAggregate
 from monitor.models import EvaluationResult, SpanRecord
@@ -199,8 +200,10 @@ class SqlStore:
         return found
 
     def _conversation_key(self, conn: Connection, trace_id: str, spans: list[SpanRecord]) -> str:
-        """A trace belongs to the conversation id any of its spans names, else to its own trace id."""
-        conversation_id = next((s.conversation_id for s in spans if s.conversation_id), None)
+        """A trace belongs to the conversation its spans name (the assembler's rule), else to its own trace id; the
+        first span naming it may arrive in a later batch than the rest of the trace."""
+        named = conversation_key(spans)
+        conversation_id = named if named != trace_id else None
         row = conn.execute(select(traces_table).where(traces_table.c.trace_id == trace_id)).mappings().first()
         if row is not None and (row["from_conversation_id"] or conversation_id is None):
             return str(row["conversation_key"])

@@ -1,16 +1,16 @@
 """A fake Log Analytics query API on 127.0.0.1 (TLS by default), for the real ``azure-monitor-query`` client.
 
-It speaks the documented wire format: ``POST /v1/workspaces/{id}/query``, ``POST /v1/{resource-id}/query`` and
-``POST /v1/$batch``; a ``PrimaryResult`` table with typed columns, ``dynamic`` cells as JSON strings, datetimes
-with seven fractional digits; ``PartialError`` past a row or byte limit; error bodies for 400, 401, 403, 404,
-429 (with ``Retry-After``), 500 and 504; 204 with an empty body when no table was named.
+It speaks the documented wire format: ``POST /v1/workspaces/{id}/query``, ``POST /v1/{resource-id}/query``
+and ``POST /v1/$batch``; a ``PrimaryResult`` table with typed columns, ``dynamic`` cells as JSON strings,
+datetimes with seven fractional digits; ``PartialError`` past a row or byte limit; error bodies for 400,
+401, 403, 404, 429 (with ``Retry-After``), 500 and 504; 204 with an empty body when no table was named.
 
 What it checks, and what it does not (it cannot run KQL):
 - it requires ``Authorization: Bearer <token>`` (401 without it; 403 for a token outside ``accepted_tokens``);
 - it selects the tables whose names appear in the query text (outside comments and string literals);
 - it filters their rows by the request's ``timespan`` on the time column, inclusive at both ends;
-- it does NOT evaluate ``where``, ``project``, ``let`` or any other operator: every row of a named table inside
-  the timespan is returned, with the union of the tables' columns (null where a table lacks one).
+- it does NOT evaluate ``where``, ``project``, ``let`` or any other operator: every row of a named table
+  inside the timespan is returned, with the union of the tables' columns (null where a table lacks one).
 Faults are scripted: replies queued in ``script`` are served first, one per query request, then ``on_query``
 may answer a request from its content; everything else gets data. Every request is recorded.
 """
@@ -78,12 +78,13 @@ def bad_query(message: str = "Syntax Error") -> Reply:
 
 
 def unauthorized() -> Reply:
-    return error_reply(401, "AuthenticationFailed", "Authentication failed. The 'Authorization' header is missing.")
+    return error_reply(401, "AuthenticationFailed",
+                       "Authentication failed. The 'Authorization' header is missing.")
 
 
 def forbidden(code: str = "InsufficientAccessError") -> Reply:
-    return error_reply(403, code, "The provided credentials have insufficient access to perform the requested "
-                                  "operation")
+    return error_reply(403, code, "The provided credentials have insufficient access to perform the "
+                                  "requested operation")
 
 
 def throttled(retry_after: float) -> Reply:
@@ -93,7 +94,8 @@ def throttled(retry_after: float) -> Reply:
 
 
 def server_error(status: int = 500) -> Reply:
-    code = {500: "InternalServerError", 502: "BadGateway", 503: "ServiceUnavailable"}.get(status, "ServerError")
+    codes = {500: "InternalServerError", 502: "BadGateway", 503: "ServiceUnavailable"}
+    code = codes.get(status, "ServerError")
     return error_reply(status, code, "Something went wrong processing your query on the server.")
 
 
@@ -112,7 +114,8 @@ def partial_error_body(inner_message: str, inner_code: str = "-2133196797") -> d
         "details": [{
             "code": "EngineError",
             "message": "Something went wrong processing your query on the server.",
-            "innererror": {"code": inner_code, "message": inner_message, "severity": 2, "severityName": "Error"},
+            "innererror": {"code": inner_code, "message": inner_message, "severity": 2,
+                           "severityName": "Error"},
         }],
     }
 
@@ -123,7 +126,8 @@ def row_limit_message(limit: int) -> str:
 
 
 def byte_limit_message(limit: int) -> str:
-    return f"Query result set has exceeded the internal data size limit {limit} (E_QUERY_RESULT_SET_TOO_LARGE)."
+    return (f"Query result set has exceeded the internal data size limit {limit} "
+            "(E_QUERY_RESULT_SET_TOO_LARGE).")
 
 
 @dataclass
@@ -192,7 +196,8 @@ def _prefer_wait(headers: dict[str, str]) -> float | None:
 
 class FakeLogAnalytics:
     """Start with ``with FakeLogAnalytics() as server:``; point the client at ``server.endpoint`` and trust
-    ``server.ca_path``. Load data with ``add_table`` for a workspace id or an Application Insights resource id."""
+    ``server.ca_path``. Load data with ``add_table`` for a workspace id or an Application Insights resource
+    id."""
 
     def __init__(self, *, tls: bool = True, row_limit: int = 500_000, byte_limit: int | None = None,
                  accepted_tokens: set[str] | None = None, query_seconds: float = 0.0) -> None:
@@ -210,9 +215,10 @@ class FakeLogAnalytics:
         self._lock = threading.Lock()
         self._tmp = tempfile.TemporaryDirectory(prefix="fake-log-analytics-")
         self._server = self._make_server(tls)
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
+                                        daemon=True)
 
-    # --- data -------------------------------------------------------------------------------------------------
+    # --- data -----------------------------------------------------------------------------------------------
 
     def add_table(self, name: str, columns: list[Column], rows: list[dict[str, Any]], *,
                   workspace_id: str | None = None, resource_id: str | None = None) -> None:
@@ -222,7 +228,8 @@ class FakeLogAnalytics:
             table = dataset.setdefault(name, Table(columns=list(columns)))
             table.rows.extend(rows)
 
-    def _dataset(self, workspace_id: str | None, resource_id: str | None, *, create: bool = False) -> Dataset | None:
+    def _dataset(self, workspace_id: str | None, resource_id: str | None, *,
+                 create: bool = False) -> Dataset | None:
         if (workspace_id is None) == (resource_id is None):
             raise ValueError("give exactly one of workspace_id and resource_id")
         store, key = ((self._workspaces, workspace_id) if workspace_id is not None
@@ -232,7 +239,7 @@ class FakeLogAnalytics:
             return store.setdefault(key, {})
         return store.get(key)
 
-    # --- serving ----------------------------------------------------------------------------------------------
+    # --- serving --------------------------------------------------------------------------------------------
 
     @property
     def endpoint(self) -> str:
@@ -258,7 +265,6 @@ class FakeLogAnalytics:
         self._tmp.cleanup()
 
     def _make_server(self, tls: bool) -> ThreadingHTTPServer:
-        outer = self
         context: ssl.SSLContext | None = None
         self._scheme = "http"
         self._ca_path = Path(self._tmp.name) / "ca.pem"
@@ -268,76 +274,14 @@ class FakeLogAnalytics:
             context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
             authority.issue_cert("127.0.0.1", "localhost").configure_cert(context)
             self._scheme = "https"
+        return _Server(self, context)
 
-        class _Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
-                return
-
-            def do_POST(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                raw = self.rfile.read(length)
-                try:
-                    body = json.loads(raw or b"{}")
-                except json.JSONDecodeError:
-                    body = {}
-                headers = {k.lower(): v for k, v in self.headers.items()}
-                recorded = Recorded("POST", self.path, headers, body if isinstance(body, dict) else {})
-                with outer._lock:
-                    outer.requests.append(recorded)
-                reply = outer._answer(recorded)
-                recorded.status = reply.status
-                if reply.delay:
-                    time.sleep(reply.delay)
-                self._send(reply)
-
-            def _send(self, reply: Reply) -> None:
-                if reply.raw_body is not None:
-                    payload = reply.raw_body
-                elif isinstance(reply.json_body, bytes):
-                    payload = reply.json_body
-                else:
-                    payload = json.dumps(reply.json_body, ensure_ascii=False).encode()
-                try:
-                    self.send_response(reply.status)
-                    if reply.status != 204:
-                        self.send_header("Content-Type", "application/json; charset=utf-8")
-                    self.send_header("Content-Length", str(len(payload)))
-                    for key, value in reply.headers.items():
-                        self.send_header(key, value)
-                    self.end_headers()
-                    self.wfile.write(payload)
-                except (BrokenPipeError, ConnectionResetError, ssl.SSLError):
-                    pass  # the client gave up (timeout tests)
-
-        class _Server(ThreadingHTTPServer):
-            daemon_threads = True
-
-            def finish_request(self, request: Any, client_address: Any) -> None:
-                # The TLS handshake runs in the request's own thread, so a stuck client cannot stall accept().
-                if context is None:
-                    super().finish_request(request, client_address)
-                    return
-                try:
-                    wrapped = context.wrap_socket(request, server_side=True)
-                except (ssl.SSLError, OSError):
-                    return
-                try:
-                    self.RequestHandlerClass(wrapped, client_address, self)
-                finally:
-                    wrapped.close()
-
-            def shutdown_request(self, request: socket) -> None:
-                try:
-                    super().shutdown_request(request)
-                except OSError:
-                    pass
-
-            def handle_error(self, request: Any, client_address: Any) -> None:
-                return
-
-        return _Server(("127.0.0.1", 0), _Handler)
+    def _receive(self, recorded: Recorded) -> Reply:
+        with self._lock:
+            self.requests.append(recorded)
+        reply = self._answer(recorded)
+        recorded.status = reply.status
+        return reply
 
     def _answer(self, recorded: Recorded) -> Reply:
         denied = self._check_auth(recorded.headers)
@@ -399,7 +343,8 @@ class FakeLogAnalytics:
                     columns.append(column)
         encoded_rows = [json.dumps([encode_cell(row.get(name), kind) for name, kind in columns],
                                    ensure_ascii=False, separators=(",", ":"))
-                        for name in recorded.tables for row in self._rows_in(dataset[name], recorded.timespan)]
+                        for name in recorded.tables
+                        for row in self._rows_in(dataset[name], recorded.timespan)]
         kept, error = self._apply_limits(encoded_rows)
         recorded.rows_returned = len(kept)
         head = json.dumps({"name": "PrimaryResult", "columns": [{"name": n, "type": t} for n, t in columns]})
@@ -431,8 +376,9 @@ class FakeLogAnalytics:
     def _batch(self, recorded: Recorded) -> Reply:
         responses = []
         for item in recorded.body.get("requests", []):
-            inner = Recorded("POST", f"/v1/workspaces/{item.get('workspace')}/query",
-                             {k.lower(): v for k, v in (item.get("headers") or {}).items()}, item.get("body") or {})
+            headers = {k.lower(): v for k, v in (item.get("headers") or {}).items()}
+            inner = Recorded("POST", f"/v1/workspaces/{item.get('workspace')}/query", headers,
+                             item.get("body") or {})
             dataset = self._workspaces.get(str(item.get("workspace")))
             if dataset is None:
                 reply = error_reply(404, "PathNotFoundError", "The requested path does not exist")
@@ -442,3 +388,77 @@ class FakeLogAnalytics:
             body = json.loads(reply.json_body) if isinstance(reply.json_body, bytes) else reply.json_body
             responses.append({"id": item.get("id"), "status": reply.status, "body": body or {}})
         return Reply(json_body={"responses": responses})
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # headers and body go out in two writes; don't let them wait for an ACK
+    server: _Server
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length)
+        try:
+            body = json.loads(raw or b"{}")
+        except json.JSONDecodeError:
+            body = {}
+        headers = {k.lower(): v for k, v in self.headers.items()}
+        recorded = Recorded("POST", self.path, headers, body if isinstance(body, dict) else {})
+        reply = self.server.fake._receive(recorded)
+        if reply.delay:
+            time.sleep(reply.delay)
+        self._send(reply)
+
+    def _send(self, reply: Reply) -> None:
+        if reply.raw_body is not None:
+            payload = reply.raw_body
+        elif isinstance(reply.json_body, bytes):
+            payload = reply.json_body
+        else:
+            payload = json.dumps(reply.json_body, ensure_ascii=False).encode()
+        try:
+            self.send_response(reply.status)
+            if reply.status != 204:
+                self.send_header("Content-Type", "application/json; charset=utf-8")
+            self.send_header("Content-Length", str(len(payload)))
+            for key, value in reply.headers.items():
+                self.send_header(key, value)
+            self.end_headers()
+            self.wfile.write(payload)
+        except (BrokenPipeError, ConnectionResetError, ssl.SSLError):
+            pass  # the client gave up (timeout tests)
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, fake: FakeLogAnalytics, context: ssl.SSLContext | None) -> None:
+        self.fake = fake
+        self.context = context
+        super().__init__(("127.0.0.1", 0), _Handler)
+
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        # The TLS handshake runs in the request's own thread, so a stuck client cannot stall accept().
+        if self.context is None:
+            super().finish_request(request, client_address)
+            return
+        try:
+            wrapped = self.context.wrap_socket(request, server_side=True)
+        except (ssl.SSLError, OSError):
+            return
+        try:
+            self.RequestHandlerClass(wrapped, client_address, self)
+        finally:
+            wrapped.close()
+
+    def shutdown_request(self, request: socket) -> None:
+        try:
+            super().shutdown_request(request)
+        except OSError:
+            pass
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        return

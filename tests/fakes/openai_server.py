@@ -119,16 +119,20 @@ def max_in_window(times: Sequence[float], window: float) -> int:
 class QuotaHandler:
     """An endpoint with a request quota: a token bucket of ``requests_per_minute`` holding ``burst_seconds``
     of requests, like providers that enforce per-minute quotas per second. Above it: 429 with
-    ``retry-after-ms``, ``retry-after`` and ``x-ratelimit-*`` headers. Accepted requests answer ``content``
-    after ``latency`` plus up to ``jitter`` seconds. ``accepted_at`` / ``limited`` record what happened."""
+    ``retry-after-ms``, ``retry-after`` and (unless ``announce_limits`` is False) ``x-ratelimit-*`` headers.
+    Accepted requests answer ``content`` (a string, or a function of the request) after ``latency`` plus up
+    to ``jitter`` seconds. ``accepted_at`` and ``limited`` record what happened."""
 
-    def __init__(self, requests_per_minute: float, *, content: str = "{}", latency: float = 0.0,
-                 jitter: float = 0.0, burst_seconds: float = 1.0, seed: int = 7) -> None:
+    def __init__(self, requests_per_minute: float, *, content: str | Callable[[Recorded], str] = "{}",
+                 latency: float = 0.0,
+                 jitter: float = 0.0, burst_seconds: float = 1.0, announce_limits: bool = True,
+                 seed: int = 7) -> None:
         self.rate = requests_per_minute / 60.0
         self.capacity = max(1.0, self.rate * burst_seconds)
         self.content = content
         self.latency = latency
         self.jitter = jitter
+        self.announce_limits = announce_limits
         self._level = self.capacity
         self._updated = time.monotonic()
         self._lock = threading.Lock()
@@ -144,21 +148,29 @@ class QuotaHandler:
             if self._level < 1.0:
                 self.limited += 1
                 wait = (1.0 - self._level) / self.rate
-                return rate_limited(wait, retry_after_ms=wait * 1000.0, headers={
+                return rate_limited(wait, retry_after_ms=wait * 1000.0, headers=self._quota_headers({
                     "x-ratelimit-limit-requests": str(int(self.rate * 60)),
                     "x-ratelimit-remaining-requests": "0",
                     "x-ratelimit-reset-requests": f"{int(wait * 1000) + 1}ms",
-                })
+                }))
             self._level -= 1.0
             self.accepted_at.append(now)
             delay = self.latency + self._random.uniform(0.0, self.jitter)
-        prompt_chars = len(request.prompt_text)
-        reply = completion(self.content, prompt_tokens=prompt_chars // 4 + 1,
-                           completion_tokens=len(self.content) // 4 + 1)
+            headers = self._quota_headers({
+                "x-ratelimit-limit-requests": str(int(self.rate * 60)),
+                "x-ratelimit-remaining-requests": str(int(self._level)),
+                "x-ratelimit-reset-requests": f"{int((self.capacity - self._level) / self.rate * 1000)}ms",
+            })
+        content = self.content if isinstance(self.content, str) else self.content(request)
+        reply = completion(content, prompt_tokens=len(request.prompt_text) // 4 + 1,
+                           completion_tokens=len(content) // 4 + 1)
         reply.delay = delay
-        reply.headers = {"x-ratelimit-limit-requests": str(int(self.rate * 60)),
-                         "x-ratelimit-remaining-requests": str(int(self._level))}
+        reply.headers = headers
         return reply
+
+    def _quota_headers(self, headers: dict[str, str]) -> dict[str, str]:
+        # Some gateways say nothing but 429 + Retry-After: announce_limits=False plays one.
+        return headers if self.announce_limits else {}
 
 
 class ScriptedOpenAIServer:
@@ -209,12 +221,14 @@ class ScriptedOpenAIServer:
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
         self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        # A short poll interval keeps shutdown (once per test) quick.
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
+                                        daemon=True)
 
     @property
     def root_url(self) -> str:
         host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"http://{host!s}:{port}"
 
     @property
     def base_url(self) -> str:

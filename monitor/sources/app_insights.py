@@ -1,0 +1,631 @@
+"""① The Application Insights source: GenAI spans and span events from the Log Analytics query API.
+
+Each cycle reads ``[watermark - overlap, now - ingestion_delay)`` in slices of at most
+``max_window_seconds``. One ``SourceBatch`` is yielded per completed slice, carrying the watermark at that
+slice's end, so the pipeline stores the slice's spans and the new watermark together and a failure never
+moves the watermark past rows that were not stored. The overlap re-reads rows ingested late; the store drops
+the ones it already has by span id. A slice that reaches the service's row or size limit (a ``PartialError``,
+or as many rows as the limit) is read again as two halves, so nothing is silently cut; any other partial
+result fails the cycle.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import time
+from collections.abc import Callable, Generator, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta, tzinfo
+from typing import Any
+
+from azure.core.credentials import AccessToken, AccessTokenInfo, TokenCredential
+from azure.core.exceptions import (
+    AzureError,
+    ClientAuthenticationError,
+    HttpResponseError,
+    ServiceRequestError,
+    ServiceRequestTimeoutError,
+    ServiceResponseTimeoutError,
+)
+from azure.core.pipeline.policies import RetryPolicy
+from azure.monitor.query import LogsQueryClient, LogsQueryStatus, LogsTable
+
+from monitor.errors import ConfigError, SourceAuthError, SourceError, SourceQueryError
+from monitor.metrics import MonitorMetrics
+from monitor.models import SpanRecord, as_utc
+from monitor.settings import AppInsightsCredentialSettings, AppInsightsSourceSettings
+from monitor.sources.base import SourceBatch
+from monitor.sources.kql import TableSchema, Window, build_query, iso, query_timespan, schema_for
+
+log = logging.getLogger(__name__)
+
+SOURCE = "app_insights"
+SETTINGS_WHERE = "settings"
+PROPERTY_CAP = 8192
+"""App Insights keeps at most this many characters of a custom property value."""
+GEN_AI_PROPERTY_CAP = 256 * 1024
+"""The exporter's own cut for message attributes (ingestion may still apply ``PROPERTY_CAP``)."""
+JSON_VALUED_KEYS = frozenset({
+    "gen_ai.input.messages",
+    "gen_ai.output.messages",
+    "gen_ai.system_instructions",
+    "gen_ai.tool.definitions",
+    "gen_ai.tool.call.arguments",
+    "gen_ai.event.content",
+})
+CHECKPOINT_VERSION = 1
+_TOKEN_REREAD_SECONDS = 60
+"""A token read from a file or the environment is declared valid this long, so the bearer-token policy
+(which refreshes tokens within 5 minutes of expiry) reads it again for every request: rotation just works."""
+_READ_TIMEOUT_MARGIN_SECONDS = 30
+_CLOSING = {"[": "]", "{": "}"}
+ZERO = timedelta(0)
+_SMALLEST_SPLIT = timedelta(microseconds=2)
+
+
+# --- credentials --------------------------------------------------------------------------------------------
+
+
+class RereadTokenCredential:
+    """A pre-obtained bearer token, read again on every request from a file or an environment variable."""
+
+    def __init__(self, read: Callable[[], str | None], origin: str) -> None:
+        self._read = read
+        self.origin = origin
+
+    def get_token(self, *scopes: str, claims: str | None = None, tenant_id: str | None = None,
+                  enable_cae: bool = False, **kwargs: Any) -> AccessToken:
+        return AccessToken(self._token(), int(time.time()) + _TOKEN_REREAD_SECONDS)
+
+    def get_token_info(self, *scopes: str, options: Any = None) -> AccessTokenInfo:
+        return AccessTokenInfo(self._token(), int(time.time()) + _TOKEN_REREAD_SECONDS)
+
+    def _token(self) -> str:
+        try:
+            token = (self._read() or "").strip()
+        except OSError as exc:
+            message = f"cannot read the bearer token from {self.origin}: {exc.strerror}"
+            raise ClientAuthenticationError(message) from exc
+        if not token:
+            raise ClientAuthenticationError(f"no bearer token in {self.origin}")
+        return token
+
+
+def make_credential(settings: AppInsightsCredentialSettings) -> TokenCredential:
+    if settings.kind == "token_file":
+        path = settings.token_file
+        if path is None:
+            raise ConfigError(SETTINGS_WHERE, "source.credential.token_file", "required with kind token_file")
+        return RereadTokenCredential(lambda: path.read_text(encoding="utf-8"), f"file {path}")
+    if settings.kind == "token_env":
+        name = settings.token_env
+        return RereadTokenCredential(lambda: os.environ.get(name), f"environment variable {name}")
+    from azure.identity import DefaultAzureCredential
+
+    credential: TokenCredential = DefaultAzureCredential()
+    return credential
+
+
+# --- retries ------------------------------------------------------------------------------------------------
+
+
+class BoundedRetryPolicy(RetryPolicy[Any, Any]):
+    """azure-core's retry policy, except that a ``Retry-After`` longer than ``max_wait`` ends the retries.
+
+    The stock policy sleeps whatever the service asks; waiting an hour inside one cycle would stall the
+    daemon. Giving up honours the service's request (no early retry) and the next cycle tries again.
+    """
+
+    def __init__(self, *, max_wait: float, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.max_wait = max_wait
+
+    def is_retry(self, settings: dict[str, Any], response: Any) -> bool:
+        retry_after = self.get_retry_after(response)
+        if retry_after is not None and retry_after > self.max_wait:
+            return False
+        return bool(super().is_retry(settings, response))
+
+
+# --- rows → SpanRecords -------------------------------------------------------------------------------------
+
+
+def truncated_keys(properties: dict[str, Any]) -> tuple[str, ...]:
+    """Property keys whose values App Insights (or the exporter) cut short.
+
+    A JSON-valued attribute (messages, event content) was cut when its JSON no longer closes; a full parse
+    is only paid for values long enough to have reached a cap. Any other value was cut when it is exactly a
+    cap long.
+    """
+    cut: list[str] = []
+    for key, value in properties.items():
+        if not isinstance(value, str):
+            continue
+        if key in JSON_VALUED_KEYS and value.lstrip()[:1] in _CLOSING:
+            if _broken_json(value):
+                cut.append(key)
+        elif len(value) in (PROPERTY_CAP, GEN_AI_PROPERTY_CAP):
+            cut.append(key)
+    return tuple(cut)
+
+
+def _broken_json(value: str) -> bool:
+    text = value.strip()
+    closing = _CLOSING.get(text[:1])
+    if closing is None:
+        return False
+    if not text.endswith(closing):
+        return True
+    if len(value) < PROPERTY_CAP:
+        return False
+    try:
+        json.loads(text)
+    except ValueError:
+        return True
+    return False
+
+
+def event_span_id(trace_id: str, parent_id: str, moment: datetime, name: str,
+                  properties: dict[str, Any]) -> str:
+    """A stable id for a span event, so re-reading it in the overlap yields the same record."""
+    canonical = json.dumps(properties, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    key = "\x1f".join((trace_id, parent_id, iso(moment), name, canonical))
+    return hashlib.sha256(key.encode()).hexdigest()[:16]
+
+
+@dataclass
+class SliceRows:
+    spans: list[SpanRecord]
+    rejected: dict[str, int]
+    rows: int
+    outside: int
+
+
+class RowReader:
+    """Reads the query's rows (one layout) into SpanRecords; counts the rows it cannot use, by reason."""
+
+    def __init__(self, schema: TableSchema) -> None:
+        self.schema = schema
+        self._utc_zones: set[tzinfo] = set()
+
+    def read(self, table: LogsTable, window: Window) -> SliceRows:
+        s = self.schema
+        index = {name: position for position, name in enumerate(table.columns)}
+        missing = [c for c in (s.time, s.item_type, s.operation_id, s.properties) if c not in index]
+        if missing:
+            raise SourceQueryError(f"app_insights: the query result lacks column(s) {', '.join(missing)}; "
+                                   "was source.extra_filter changing the projection?")
+        cells = _Cells.of(index, s)
+        by_id: dict[str, SpanRecord] = {}
+        rejected: dict[str, int] = {}
+        outside = 0
+        for row in table.rows:
+            values = [*row, None]  # absent optional columns point at the trailing None
+            moment = values[cells.time]
+            if not isinstance(moment, datetime):
+                rejected["bad_timestamp"] = rejected.get("bad_timestamp", 0) + 1
+                continue
+            moment = self._utc(moment)
+            if not window.start <= moment < window.end:
+                outside += 1  # rows of the agent lookback, or of a server that ignored the window
+                continue
+            record, reason = self._record(values, cells, moment)
+            if record is None:
+                rejected[reason] = rejected.get(reason, 0) + 1
+            else:
+                by_id.setdefault(record.span_id, record)
+        return SliceRows(list(by_id.values()), rejected, len(table.rows), outside)
+
+    def _utc(self, moment: datetime) -> datetime:
+        # The client tags every datetime with isodate's UTC zone; converting through its Python utcoffset()
+        # for each row would cost more than the rest of the row, so fixed zero-offset zones are remembered.
+        zone = moment.tzinfo
+        if zone is UTC:
+            return moment
+        if zone in self._utc_zones:
+            return moment.replace(tzinfo=UTC)
+        if zone is not None and zone.utcoffset(None) == ZERO:
+            self._utc_zones.add(zone)
+            return moment.replace(tzinfo=UTC)
+        return as_utc(moment)
+
+    def _record(self, values: list[Any], cells: _Cells, moment: datetime) -> tuple[SpanRecord | None, str]:
+        kind = self.schema.item_types.get(str(values[cells.item_type]))
+        if kind is None:
+            return None, "unknown_item_type"
+        trace_id = _text(values[cells.operation_id])
+        properties = _properties(values[cells.properties])
+        if properties is None:
+            return None, "bad_properties"
+        if not trace_id:
+            return None, "missing_id"
+        parent = _text(values[cells.parent])
+        if parent == trace_id:
+            parent = ""  # older SDKs wrote the operation id as a root's parent
+        if kind == "trace":
+            return self._event(values, cells, moment, trace_id, parent, properties)
+        span_id = _text(values[cells.span_id])
+        if not span_id:
+            return None, "missing_id"
+        duration = values[cells.duration]
+        end = moment + timedelta(milliseconds=duration) if isinstance(duration, int | float) else None
+        role = _text(values[cells.role])
+        return SpanRecord(
+            trace_id=trace_id,
+            span_id=span_id,
+            parent_span_id=parent or None,
+            name=_text(values[cells.name]),
+            kind=_span_kind(kind, _text(values[cells.type])),
+            start_time=moment,
+            end_time=end,
+            attributes=properties,
+            resource={"service.name": role} if role else {},
+            status=_status(values[cells.success]),
+            truncated_keys=truncated_keys(properties),
+        ), ""
+
+    def _event(self, values: list[Any], cells: _Cells, moment: datetime, trace_id: str, parent: str,
+               properties: dict[str, Any]) -> tuple[SpanRecord | None, str]:
+        if not parent:
+            return None, "event_without_parent"
+        name = _text(values[cells.message])
+        return SpanRecord(
+            trace_id=trace_id,
+            span_id=event_span_id(trace_id, parent, moment, name, properties),
+            parent_span_id=parent,
+            name=name,
+            kind="event",
+            start_time=moment,
+            attributes=properties,
+            truncated_keys=truncated_keys(properties),
+        ), ""
+
+
+@dataclass(frozen=True)
+class _Cells:
+    """Column positions in a row; an optional column the result lacks points at the row's trailing None."""
+
+    time: int
+    item_type: int
+    operation_id: int
+    properties: int
+    parent: int
+    span_id: int
+    name: int
+    message: int
+    duration: int
+    success: int
+    type: int
+    role: int
+
+    @classmethod
+    def of(cls, index: dict[str, int], s: TableSchema) -> _Cells:
+        absent = len(index)
+        return cls(
+            time=index[s.time], item_type=index[s.item_type], operation_id=index[s.operation_id],
+            properties=index[s.properties], parent=index.get(s.parent_id, absent),
+            span_id=index.get(s.span_id, absent), name=index.get(s.span_name, absent),
+            message=index.get(s.message, absent), duration=index.get(s.duration_ms, absent),
+            success=index.get(s.success, absent), type=index.get(s.dependency_type, absent),
+            role=index.get(s.role_name, absent),
+        )
+
+
+def _text(value: Any) -> str:
+    # The client turns a null guid/timespan cell into the string 'None'.
+    return "" if value is None or value == "None" else str(value)
+
+
+def _properties(cell: Any) -> dict[str, Any] | None:
+    if cell is None or cell == "":
+        return {}
+    if isinstance(cell, dict):
+        return cell
+    try:
+        parsed = json.loads(cell)
+    except (TypeError, ValueError):
+        return None
+    if parsed is None:
+        return {}
+    return parsed if isinstance(parsed, dict) else None
+
+
+def _span_kind(item: str, dependency_type: str) -> str:
+    if item == "request":
+        return "server"
+    if dependency_type.startswith("InProc"):
+        return "internal"
+    if dependency_type.startswith("Queue Message"):
+        return "producer"
+    return "client"
+
+
+def _status(success: Any) -> str:
+    # The exporter writes success = (status is not ERROR), so "True" cannot tell OK from UNSET.
+    if success is False or (isinstance(success, str) and success.lower() == "false"):
+        return "error"
+    return "unset"
+
+
+# --- faults -------------------------------------------------------------------------------------------------
+
+
+def _service_detail(exc: HttpResponseError) -> str:
+    model = getattr(exc, "model", None)
+    code = getattr(model, "code", None) or getattr(getattr(exc, "error", None), "code", None)
+    message = getattr(model, "message", None) or (exc.message or "").split("\n", 1)[0]
+    return f"{exc.status_code} {code}: {message}" if code else f"{exc.status_code}: {message}"
+
+
+def source_error(exc: Exception, target: str, settings: AppInsightsSourceSettings) -> SourceError:
+    """One clear error for a failed query, whose ``kind`` is the ``source_errors`` metric label."""
+    if isinstance(exc, HttpResponseError) and exc.status_code is not None:
+        status, detail = exc.status_code, _service_detail(exc)
+        if status in (401, 403):
+            return SourceAuthError(f"app_insights {target}: the query API refused the credential ({detail}); "
+                                   "it needs Log Analytics Reader on the workspace (or Reader on the "
+                                   "Application Insights resource) and the audience of source.endpoint")
+        if status in (400, 404):
+            return SourceQueryError(f"app_insights {target}: the query API rejected the query ({detail}); "
+                                    "check the workspace or resource id and source.extra_filter, and paste "
+                                    "`rubric-monitor check --explain` into the portal to see the error")
+        if status == 429:
+            throttled = SourceError(f"app_insights {target}: throttled ({detail}) after "
+                                    f"{settings.retry_total} retries or a Retry-After longer than "
+                                    f"{settings.retry_backoff_max_seconds:g}s; the next cycle retries")
+            return _kind(throttled, "throttled")
+        if status in (408, 504):
+            return _kind(SourceError(f"app_insights {target}: the query timed out ({detail})"), "timeout")
+        if status >= 500:
+            return _kind(SourceError(f"app_insights {target}: server error ({detail}) after "
+                                     f"{settings.retry_total} retries"), "server")
+        return SourceError(f"app_insights {target}: unexpected reply ({detail})")
+    refused = _credential_failure(exc)
+    if refused is not None:
+        return SourceAuthError(f"app_insights {target}: no usable credential ({refused.message}); "
+                               "check source.credential")
+    if isinstance(exc, ServiceRequestTimeoutError | ServiceResponseTimeoutError):
+        return _kind(SourceError(f"app_insights {target}: the query timed out ({exc})"), "timeout")
+    if isinstance(exc, ServiceRequestError):
+        return SourceError(f"app_insights {target}: cannot reach {settings.endpoint} ({exc}); check "
+                           "source.endpoint and, for a private CA, source.ca_bundle")
+    return SourceError(f"app_insights {target}: query failed ({exc})")
+
+
+def _credential_failure(exc: BaseException) -> ClientAuthenticationError | None:
+    # The query client re-raises a credential's ClientAuthenticationError as a bare HttpResponseError.
+    seen: BaseException | None = exc
+    for _ in range(5):
+        if seen is None:
+            return None
+        if isinstance(seen, ClientAuthenticationError):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def _kind(error: SourceError, kind: str) -> SourceError:
+    error.kind = kind
+    return error
+
+
+def _limit_error(message: str | None, details: Any) -> bool:
+    """Whether a PartialError says the result was too large (rows, bytes or memory): halves can succeed."""
+    text = f"{message or ''} {json.dumps(details, default=str)}".lower()
+    return any(marker in text for marker in ("e_query_result_set_too_large", "record count limit",
+                                              "data size limit", "e_low_memory_condition", "exceeded"))
+
+
+# --- the source ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    watermark: datetime
+    target: str
+
+    def dump(self) -> str:
+        return json.dumps({"version": CHECKPOINT_VERSION, "target": self.target,
+                           "watermark": iso(self.watermark)})
+
+
+class _LimitReached:
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+
+class AppInsightsSource:
+    """Reads GenAI spans from a Log Analytics workspace or an Application Insights resource."""
+
+    name = SOURCE
+
+    def __init__(self, settings: AppInsightsSourceSettings, metrics: MonitorMetrics, *,
+                 credential: TokenCredential | None = None) -> None:
+        _validate(settings)
+        self.settings = settings
+        self.metrics = metrics
+        self.schema = schema_for(settings)
+        self.target = (f"workspace {settings.workspace_id}" if settings.workspace_id
+                       else f"resource {settings.resource_id}")
+        self._owned_credential = credential is None
+        self._credential = credential if credential is not None else make_credential(settings.credential)
+        self._reader = RowReader(self.schema)
+        read_timeout = settings.server_timeout_seconds + _READ_TIMEOUT_MARGIN_SECONDS
+        self._client = LogsQueryClient(
+            self._credential,
+            endpoint=settings.endpoint.rstrip("/"),
+            audience=(settings.audience or settings.endpoint).rstrip("/"),
+            retry_policy=BoundedRetryPolicy(
+                max_wait=settings.retry_backoff_max_seconds,
+                retry_total=settings.retry_total,
+                retry_backoff_max=settings.retry_backoff_max_seconds,
+                timeout=read_timeout * (settings.retry_total + 1) + settings.retry_backoff_max_seconds
+                * settings.retry_total,
+            ),
+            connection_verify=str(settings.ca_bundle) if settings.ca_bundle else True,
+            read_timeout=read_timeout,
+        )
+
+    # --- TraceSource ----------------------------------------------------------------------------------------
+
+    def pull(self, checkpoint: str | None, now: datetime) -> Iterator[SourceBatch]:
+        now = as_utc(now)
+        watermark = self._load(checkpoint)
+        end = now - timedelta(seconds=self.settings.ingestion_delay_seconds)
+        if watermark is None:
+            start = end - timedelta(seconds=self.settings.initial_lookback_seconds)
+        else:
+            start = watermark - timedelta(seconds=self.settings.overlap_seconds)
+        self._report_lag(watermark or start, now)
+        step = timedelta(seconds=self.settings.max_window_seconds)
+        while start < end:
+            window = Window(start, min(end, start + step))
+            watermark = yield from self._read(window, watermark, now, depth=0)
+            start = window.end
+
+    def close(self) -> None:
+        self._client.close()
+        if self._owned_credential:
+            closer = getattr(self._credential, "close", None)
+            if callable(closer):
+                closer()
+
+    # --- one slice ------------------------------------------------------------------------------------------
+
+    def _read(self, window: Window, watermark: datetime | None, now: datetime,
+              depth: int) -> Generator[SourceBatch, None, datetime | None]:
+        outcome = self._slice_rows(window)
+        if isinstance(outcome, _LimitReached):
+            if depth >= self.settings.max_splits or window.end - window.start < _SMALLEST_SPLIT:
+                raise _kind(SourceError(
+                    f"app_insights {self.target}: window {window} still hits the service's limit "
+                    f"({outcome.reason}) after {depth} splits (source.max_splits); the watermark stays at "
+                    f"{iso(watermark) if watermark else 'its start'}"), "partial")
+            log.info("app_insights: window %s hit the service's limit (%s); reading it as two halves",
+                     window, outcome.reason)
+            left, right = window.halves()
+            watermark = yield from self._read(left, watermark, now, depth + 1)
+            return (yield from self._read(right, watermark, now, depth + 1))
+        rows = outcome
+        self._count(rows, window)
+        advanced = window.end if watermark is None else max(watermark, window.end)
+        yield SourceBatch(spans=rows.spans, checkpoint=Checkpoint(advanced, self.target).dump(),
+                          rejected=rows.rejected, rows=rows.rows)
+        self._report_lag(advanced, now)
+        return advanced
+
+    def _slice_rows(self, window: Window) -> SliceRows | _LimitReached:
+        # The result table is dropped once read, so only the slice's SpanRecords stay alive while the pipeline
+        # stores them.
+        outcome = self._query(window)
+        if outcome is None:
+            return SliceRows([], {}, 0, 0)
+        if isinstance(outcome, _LimitReached):
+            return outcome
+        return self._reader.read(outcome, window)
+
+    def _query(self, window: Window) -> LogsTable | _LimitReached | None:
+        """The result table of one window, ``None`` when the service has no data, or the limit it hit."""
+        query = build_query(self.settings, self.schema, window)
+        timespan = query_timespan(self.settings, window)
+        started = time.perf_counter()
+        try:
+            if self.settings.workspace_id:
+                result = self._client.query_workspace(self.settings.workspace_id, query, timespan=timespan,
+                                                      server_timeout=self.settings.server_timeout_seconds)
+            else:
+                result = self._client.query_resource(str(self.settings.resource_id), query, timespan=timespan,
+                                                     server_timeout=self.settings.server_timeout_seconds)
+        except json.JSONDecodeError:
+            return None  # 204 No Content: the client cannot parse the empty body; there is no data
+        except (AzureError, ValueError, OSError) as exc:
+            raise source_error(exc, self.target, self.settings) from exc
+        finally:
+            self.metrics.source_query_latency.labels(SOURCE).observe(time.perf_counter() - started)
+        if result.status == LogsQueryStatus.PARTIAL:
+            problem = result.partial_error
+            details = getattr(problem, "details", None)
+            if _limit_error(getattr(problem, "message", None), details):
+                return _LimitReached(_first_inner_message(details) or "PartialError")
+            raise _kind(SourceError(f"app_insights {self.target}: partial result for window {window} "
+                                    f"({getattr(problem, 'code', '')}: {getattr(problem, 'message', '')}); "
+                                    "it is not taken as complete, the next cycle retries"), "partial")
+        table = _primary(result.tables)
+        if table is not None and len(table.rows) >= self.settings.row_limit:
+            return _LimitReached(f"{len(table.rows)} rows, the row limit (source.row_limit)")
+        return table
+
+    # --- bookkeeping ----------------------------------------------------------------------------------------
+
+    def _count(self, rows: SliceRows, window: Window) -> None:
+        # Rejected rows travel in the batch: the pipeline counts them (rubric_monitor_spans_rejected_total).
+        self.metrics.source_rows.labels(SOURCE).inc(rows.rows)
+        if rows.rejected:
+            reasons = ", ".join(f"{reason}={count}" for reason, count in sorted(rows.rejected.items()))
+            log.warning("app_insights: window %s: %d row(s) skipped (%s)", window,
+                        sum(rows.rejected.values()), reasons)
+        log.debug("app_insights: window %s: %d rows, %d spans and events", window, rows.rows, len(rows.spans))
+
+    def _report_lag(self, position: datetime, now: datetime) -> None:
+        self.metrics.source_lag.labels(SOURCE).set(max(0.0, (now - position).total_seconds()))
+
+    def _load(self, checkpoint: str | None) -> datetime | None:
+        if not checkpoint:
+            return None
+        try:
+            data = json.loads(checkpoint)
+            watermark = as_utc(datetime.fromisoformat(str(data["watermark"]).replace("Z", "+00:00")))
+            target = str(data["target"])
+        except (ValueError, KeyError, TypeError) as exc:
+            log.warning("app_insights: unreadable stored checkpoint %r (%s); starting %gs back",
+                        checkpoint[:200], exc, self.settings.initial_lookback_seconds)
+            return None
+        if target != self.target:
+            log.warning("app_insights: the stored watermark belongs to %s, not %s; starting %gs back",
+                        target, self.target, self.settings.initial_lookback_seconds)
+            return None
+        return watermark
+
+
+def _primary(tables: list[LogsTable]) -> LogsTable | None:
+    for table in tables:
+        if table.name == "PrimaryResult":
+            return table
+    return tables[0] if tables else None
+
+
+def _first_inner_message(details: Any) -> str:
+    for detail in details or []:
+        inner = detail.get("innererror") if isinstance(detail, dict) else None
+        while isinstance(inner, dict):
+            if inner.get("message") and not inner.get("innererror"):
+                return str(inner["message"])
+            inner = inner.get("innererror")
+    return ""
+
+
+def _validate(settings: AppInsightsSourceSettings) -> None:
+    if bool(settings.workspace_id) == bool(settings.resource_id):
+        raise ConfigError(SETTINGS_WHERE, "source.workspace_id",
+                          "set exactly one of source.workspace_id and source.resource_id")
+    if settings.resource_id and not (settings.resource_id.lower().startswith("/subscriptions/")
+                                     and "/providers/" in settings.resource_id.lower()):
+        raise ConfigError(SETTINGS_WHERE, "source.resource_id",
+                          f"{settings.resource_id!r} is not an Azure resource id "
+                          "(/subscriptions/<id>/resourceGroups/<rg>/providers/Microsoft.Insights/components/<name>)")
+    scheme = settings.endpoint.split("://", 1)[0].lower() if "://" in settings.endpoint else ""
+    if scheme != "https":
+        raise ConfigError(SETTINGS_WHERE, "source.endpoint",
+                          f"{settings.endpoint!r} is not https: bearer tokens are never sent over plain HTTP")
+    if settings.audience and not settings.audience.lower().startswith("https://"):
+        raise ConfigError(SETTINGS_WHERE, "source.audience", f"{settings.audience!r} is not an https URL")
+    if settings.ca_bundle is not None and not settings.ca_bundle.is_file():
+        raise ConfigError(SETTINGS_WHERE, "source.ca_bundle", f"{settings.ca_bundle} is not a readable file")
+    if settings.credential.kind == "token_file" and settings.credential.token_file is None:
+        raise ConfigError(SETTINGS_WHERE, "source.credential.token_file", "required with kind token_file")
+    if settings.max_window_seconds <= 0 or settings.row_limit <= 0:
+        raise ConfigError(SETTINGS_WHERE, "source.max_window_seconds",
+                          "max_window_seconds and row_limit must be positive")

@@ -1,0 +1,224 @@
+"""① A source reading OTLP JSON lines files (the OpenTelemetry collector's ``file`` exporter).
+
+``path`` is one file, or a directory whose ``*.jsonl`` and ``*.json`` files are read in name order. Reading is
+incremental: the checkpoint records, per file, the byte offset reached (always at a line boundary) and
+fingerprints of the bytes at the start of the file and just before that offset. A file that shrank, or whose
+fingerprinted bytes changed, was truncated or replaced, and is read again from the start; a new name holding
+the bytes of a file read before is that file renamed by rotation, and is read on from where it was. A last
+line without its newline is still being written, and is left for the next cycle.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import BinaryIO
+
+from monitor.errors import SourceError
+from monitor.models import SpanRecord
+from monitor.otlp import parse_otlp_line
+from monitor.sources.base import SourceBatch
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_BATCH_SPANS = 5_000
+_FINGERPRINT_BYTES = 4_096
+_CHECKPOINT_VERSION = 1
+_LOGGED_BAD_LINES_PER_FILE = 10
+_PATTERNS = ("*.jsonl", "*.json")
+
+
+@dataclass
+class _Position:
+    """How far one file was read; ``head``/``tail`` hash the bytes at its start and just before ``offset``."""
+
+    offset: int = 0
+    line: int = 0
+    head: str = ""
+    tail: str = ""
+
+
+@dataclass
+class _Pending:
+    spans: list[SpanRecord] = field(default_factory=list)
+    rejected: Counter[str] = field(default_factory=Counter)
+    rows: int = 0
+
+    def take(self, checkpoint: str) -> SourceBatch:
+        batch = SourceBatch(self.spans, checkpoint, rejected=dict(self.rejected), rows=self.rows)
+        self.spans, self.rejected, self.rows = [], Counter(), 0
+        return batch
+
+
+class OtlpFileSource:
+    def __init__(self, path: Path, name: str = "otlp_file", batch_spans: int = DEFAULT_BATCH_SPANS) -> None:
+        if batch_spans < 1:
+            raise ValueError(f"batch_spans must be at least 1, got {batch_spans}")
+        self.path = Path(path)
+        self.name = name
+        self._batch_spans = batch_spans
+
+    def pull(self, checkpoint: str | None, now: datetime) -> Iterator[SourceBatch]:
+        """Yield what was appended since ``checkpoint``, at most about ``batch_spans`` spans per batch.
+
+        A file that cannot be read does not stop the others; once they are read, ``SourceError`` names it.
+        """
+        files = self._files()
+        positions = self._match(files, self._load(checkpoint))
+        pending = _Pending()
+        unreadable: list[str] = []
+        emitted = checkpoint
+        for name, file in files.items():
+            position = positions[name]
+            try:
+                for _ in self._read(file, position, pending):
+                    emitted = self._dump(positions)
+                    yield pending.take(emitted)
+            except OSError as exc:
+                unreadable.append(f"{file}: {exc.strerror or exc}")
+        final = self._dump(positions)
+        if pending.rows or pending.spans or pending.rejected or final != emitted:
+            yield pending.take(final)
+        if unreadable:
+            raise SourceError(f"source {self.name}: cannot read {'; '.join(unreadable)}")
+
+    def close(self) -> None:
+        """Files are opened and closed within each pull: nothing to release."""
+
+    # -- files
+
+    def _files(self) -> dict[str, Path]:
+        if self.path.is_file():
+            return {self.path.name: self.path}
+        if not self.path.is_dir():
+            raise SourceError(f"source {self.name}: {self.path} is neither a file nor a directory")
+        found = {p.name: p for pattern in _PATTERNS for p in self.path.glob(pattern)}
+        # Dot-files are editors' and exporters' temporary files, not finished output.
+        return {n: found[n] for n in sorted(found) if not n.startswith(".") and found[n].is_file()}
+
+    def _read(self, file: Path, position: _Position, pending: _Pending) -> Iterator[None]:
+        """Read complete lines of ``file`` from ``position`` into ``pending``; yields whenever a batch is full
+        (``position`` then stands at a line boundary after everything in ``pending``)."""
+        with file.open("rb") as stream:
+            stream.seek(position.offset)
+            bad_lines = 0
+            while True:
+                raw = stream.readline()
+                if not raw.endswith(b"\n"):
+                    # End of file, or a last line the writer has not finished: leave it for the next cycle.
+                    break
+                position.offset += len(raw)
+                position.line += 1
+                rejected = self._parse_line(raw, pending)
+                if rejected:
+                    bad_lines += 1
+                    self._log_bad_line(file, position.line, rejected, bad_lines)
+                if len(pending.spans) >= self._batch_spans:
+                    self._fingerprint(stream, position)
+                    yield
+                    stream.seek(position.offset)
+            self._fingerprint(stream, position)
+        if bad_lines > _LOGGED_BAD_LINES_PER_FILE:
+            logger.warning("%s: %d unreadable lines in all this cycle", file, bad_lines)
+
+    def _parse_line(self, raw: bytes, pending: _Pending) -> dict[str, int]:
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            rejected = {"invalid_utf8": 1}
+        else:
+            if not text.strip():
+                return {}
+            spans, rejected = parse_otlp_line(text)
+            pending.spans.extend(spans)
+        pending.rows += 1
+        pending.rejected.update(rejected)
+        return rejected
+
+    @staticmethod
+    def _log_bad_line(file: Path, line: int, rejected: dict[str, int], bad_lines: int) -> None:
+        if bad_lines <= _LOGGED_BAD_LINES_PER_FILE:
+            reasons = ", ".join(f"{count} x {reason}" for reason, count in rejected.items())
+            logger.warning("%s:%d: could not read %s", file, line, reasons)
+
+    @staticmethod
+    def _match(files: dict[str, Path], recorded: dict[str, _Position]) -> dict[str, _Position]:
+        """Where to resume each file. A file keeps its recorded position while its fingerprinted bytes are
+        unchanged; a file whose bytes changed was truncated or replaced and starts over, unless it is a file
+        read before under another name (rotation renames the old file and starts a new one)."""
+        positions: dict[str, _Position] = {}
+        orphans: list[tuple[str, _Position]] = []
+        for name, position in recorded.items():
+            same = _continues(files[name], position) if name in files else False
+            if same is not False:  # unreadable right now (None): keep the position, the read will report it
+                positions[name] = position
+            elif position.offset > 0:
+                orphans.append((name, position))
+        for name, file in files.items():
+            if name in positions:
+                continue
+            adopted = next((item for item in orphans if _continues(file, item[1])), None)
+            if adopted is not None:
+                orphans.remove(adopted)
+                logger.info("%s is %s renamed: reading on from line %d", file, adopted[0], adopted[1].line)
+                positions[name] = adopted[1]
+            else:
+                if name in recorded:
+                    logger.info("%s was truncated or replaced: reading it again", file)
+                positions[name] = _Position()
+        return positions
+
+    @staticmethod
+    def _fingerprint(stream: BinaryIO, position: _Position) -> None:
+        position.head, position.tail = _fingerprints(stream, position.offset)
+
+    # -- checkpoint
+
+    def _load(self, checkpoint: str | None) -> dict[str, _Position]:
+        if checkpoint is None:
+            return {}
+        try:
+            state = json.loads(checkpoint)
+            if state.get("version") != _CHECKPOINT_VERSION:
+                raise ValueError(f"version {state.get('version')!r}")
+            return {str(name): _Position(**values) for name, values in state["files"].items()}
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            # The store will drop spans it already holds, so starting over costs time, not correctness.
+            logger.error("source %s: unusable checkpoint (%s): reading %s again", self.name, exc, self.path)
+            return {}
+
+    @staticmethod
+    def _dump(positions: dict[str, _Position]) -> str:
+        files = {name: asdict(position) for name, position in sorted(positions.items())}
+        return json.dumps({"version": _CHECKPOINT_VERSION, "files": files}, sort_keys=True)
+
+
+def _continues(file: Path, position: _Position) -> bool | None:
+    """Whether ``file`` still holds the bytes read before up to ``position.offset`` (``None``: unreadable)."""
+    if position.offset == 0:
+        return True
+    try:
+        with file.open("rb") as stream:
+            if stream.seek(0, 2) < position.offset:
+                return False
+            return _fingerprints(stream, position.offset) == (position.head, position.tail)
+    except OSError:
+        return None
+
+
+def _fingerprints(stream: BinaryIO, offset: int) -> tuple[str, str]:
+    """Hashes of the first bytes of the file and of the bytes just before ``offset`` (both up to 4 KiB)."""
+    if offset == 0:
+        return "", ""
+    stream.seek(0)
+    head = hashlib.sha256(stream.read(min(offset, _FINGERPRINT_BYTES))).hexdigest()
+    start = max(0, offset - _FINGERPRINT_BYTES)
+    stream.seek(start)
+    tail = hashlib.sha256(stream.read(offset - start)).hexdigest()
+    return head, tail

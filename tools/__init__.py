@@ -1,0 +1,1 @@
+"""Developer tools: test-data converters and helpers (importable by the tests)."""
