@@ -157,7 +157,10 @@ def run_scenario(scenario: str, args: argparse.Namespace, pool: list[Conversatio
             judge = OpenAIJudge(settings, MonitorMetrics(CollectorRegistry()))
             started = time.monotonic()
             try:
-                return await evaluate_all(judge, settings, conversations), time.monotonic() - started
+                # A bound on the whole run, so a regression shows as a failure rather than a hung benchmark.
+                results = await asyncio.wait_for(evaluate_all(judge, settings, conversations),
+                                                 timeout=args.duration * 3 + 60)
+                return results, time.monotonic() - started
             finally:
                 await judge.aclose()
 

@@ -93,7 +93,7 @@ class Monitor:
         started = utc_now()
         try:
             report = self.pipeline.run_cycle(started)
-        except Exception as exc:  # noqa: BLE001 - the scheduler must survive any cycle
+        except Exception as exc:
             log.exception("cycle failed")
             report = CycleReport(started_at=started, finished_at=utc_now(), failures=[f"cycle: {exc!r}"])
         elapsed = ((report.finished_at or utc_now()) - started).total_seconds()
@@ -174,7 +174,7 @@ def _judge_problem(judge: Judge) -> str | None:
 def _store_problem(store: SqlStore) -> str | None:
     try:
         store.ping()
-    except Exception as exc:  # noqa: BLE001 - any failure means not ready
+    except Exception as exc:
         return str(exc)
     return None
 

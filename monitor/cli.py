@@ -15,8 +15,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel
 from prometheus_client import CollectorRegistry
+from pydantic import BaseModel
 
 from monitor.errors import ConfigError
 from monitor.models import Conversation, utc_now
@@ -132,7 +132,7 @@ def _describe_fields(model: type[BaseModel], prefix: str) -> Iterator[tuple[str,
         annotation = info.annotation
         nested = [a for a in getattr(annotation, "__args__", (annotation,)) if isinstance(a, type)
                   and issubclass(a, BaseModel)]
-        if nested and not (getattr(annotation, "__origin__", None) is dict):
+        if nested and getattr(annotation, "__origin__", None) is not dict:
             for sub in nested:
                 label = f"{key}." if len(nested) == 1 else f"{key}.({sub.model_fields['kind'].default}) "
                 yield from _describe_fields(sub, label if len(nested) == 1 else f"{key}.")

@@ -63,7 +63,7 @@ class MonitorHTTPServer:
         outer_registry, outer_health, outer_ready = registry, health, ready
 
         class Handler(BaseHTTPRequestHandler):
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+            def log_message(self, format: str, *args: Any) -> None:
                 log.debug("http: " + format, *args)
 
             def _send(self, status: int, body: bytes, content_type: str) -> None:

@@ -248,7 +248,7 @@ class Pipeline:
                 self._note_failure(report, "judge", exc)
                 return False
             results = [_unscored(conversation, rubric, self.context, f"judge_error: {type(exc).outcome}: {exc}")]
-        except Exception:  # noqa: BLE001 - one bad evaluation must not stop the others
+        except Exception:
             log.exception("evaluating conversation %r with rubric %r failed", conversation.id, rubric.name)
             self.metrics.stage_failures.labels("evaluate").inc()
             self._skip(report, rubric.name, "evaluator_error")
@@ -278,7 +278,7 @@ class Pipeline:
     def _refresh_rubrics(self, report: CycleReport) -> None:
         try:
             self.rubrics.refresh()
-        except Exception as exc:  # noqa: BLE001 - a broken file keeps the previous rubrics active
+        except Exception as exc:
             self._fail(report, "rubrics", exc)
 
     def _prune(self, report: CycleReport, now: datetime) -> None:

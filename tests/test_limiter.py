@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from monitor.judge.limiter import Permit, RateLimiter
+from monitor.judge.limiter import AdaptiveRequestRate, Permit, RateLimiter
 from tests.fakes.openai_server import max_in_window
 
 
@@ -115,7 +115,7 @@ def test_permit_reports_how_long_the_call_waited() -> None:
         return await rate_limiter.acquire(5), await rate_limiter.acquire(5)
 
     first, second = asyncio.run(two())
-    assert (first.waited_seconds, second.waited_seconds) == (0.0, pytest.approx(1.0))
+    assert first.waited_seconds == 0.0 and second.waited_seconds == pytest.approx(1.0)
     assert second.estimated_tokens == 5
 
 
@@ -125,3 +125,42 @@ def test_permit_reports_how_long_the_call_waited() -> None:
 def test_non_positive_limits_are_rejected_by_name(rpm: float | None, tpm: float | None, field: str) -> None:
     with pytest.raises(ValueError, match=field):
         RateLimiter(rpm, tpm)
+
+
+def test_a_new_request_limit_changes_the_spacing() -> None:
+    rate_limiter, clock = limiter(rpm=600, tpm=None)
+    admit_all(rate_limiter, clock, [1, 1])
+    rate_limiter.set_request_limit(60)
+    assert admit_all(rate_limiter, clock, [1, 1]) == pytest.approx([1.1, 2.1])
+
+
+def test_adaptive_rate_starts_at_the_accepted_rate_and_backs_off_once_per_burst() -> None:
+    clock = FakeClock()
+    rate = AdaptiveRequestRate(clock=clock, window=5.0, decrease=0.5, cooldown=1.0)
+    assert rate.record_rate_limited() is None  # nothing accepted yet: no basis for a rate
+    for _ in range(20):  # 20 accepted over 2 s: 10 per second
+        clock.now += 0.1
+        assert rate.record_success() is None
+    clock.now += 0.1
+    assert rate.record_rate_limited() == pytest.approx(20 / 2.0 * 60)
+    clock.now += 0.2
+    assert rate.record_rate_limited() == pytest.approx(600)  # same burst: no second cut
+    clock.now += 1.0
+    assert rate.record_rate_limited() == pytest.approx(300)
+
+
+def test_adaptive_rate_grows_while_calls_keep_up_but_not_without_bound() -> None:
+    clock = FakeClock()
+    rate = AdaptiveRequestRate(clock=clock, window=5.0, increase=0.1)
+    for _ in range(10):
+        clock.now += 0.1
+        rate.record_success()
+    first = rate.record_rate_limited()
+    assert first is not None
+    clock.now += 0.1
+    grown = rate.record_success()
+    assert grown is not None and grown == pytest.approx(first * 1.1)
+    for _ in range(50):  # a trickle of one call every 10 s: the rate stops growing
+        clock.now += 10.0
+        rate.record_success()
+    assert rate.requests_per_minute is not None and rate.requests_per_minute <= grown * 1.1 ** 5

@@ -32,7 +32,13 @@ from monitor.errors import (
 )
 from monitor.evaluators.base import InvalidReply, JudgeUsage, ask_judge
 from monitor.judge.base import ChatMessage, JudgeReply, JudgeRequest
-from monitor.judge.openai_judge import JudgeModelRefused, OpenAIJudge, parse_duration, retry_after_seconds
+from monitor.judge.openai_judge import (
+    JudgeModelRefused,
+    OpenAIJudge,
+    parse_duration,
+    retry_after_seconds,
+    spent_quota_wait,
+)
 from monitor.metrics import MonitorMetrics
 from monitor.settings import JudgeSettings, PriceSettings
 from tests.fakes.openai_server import (
@@ -209,20 +215,23 @@ def test_a_refusal_raises_judge_refused_with_the_models_words_and_its_cost() -> 
         metrics = new_metrics()
         usage = JudgeUsage()
 
-        async def use(judge: OpenAIJudge) -> JudgeModelRefused:
+        async def use(judge: OpenAIJudge) -> tuple[JudgeModelRefused, Any]:
             try:
-                await ask_judge(judge, REQUEST, validate_verdict, usage)
+                await judge.complete(REQUEST)
             except JudgeModelRefused as exc:
-                return exc
+                return exc, await ask_judge(judge, REQUEST, validate_verdict, usage)
             raise AssertionError("a refusal must raise")
 
-        refused = with_judge(settings, metrics, use)
+        refused, asked = with_judge(settings, metrics, use)
 
     assert "I can't help with that." in str(refused) and refused.outcome == "refused"
     assert refused.reply.input_tokens == 500 and refused.reply.cost_usd == pytest.approx(500 / 1e6)
-    assert server.count == 1 and usage.calls == 1  # a refusal is not asked again
-    assert requests_with(metrics, "refused") == 1
-    assert sample(metrics, "rubric_monitor_judge_cost_usd_total", model=MODEL) == pytest.approx(500 / 1e6)
+    # The evaluator ends it unscored with the model's words, asks once only, and still counts the cost.
+    assert asked.value is None and asked.error.startswith("refused") and "I can't help" in asked.error
+    assert usage.calls == 1 and usage.cost_usd == pytest.approx(500 / 1e6)
+    assert server.count == 2
+    assert requests_with(metrics, "refused") == 2
+    assert sample(metrics, "rubric_monitor_judge_cost_usd_total", model=MODEL) == pytest.approx(1000 / 1e6)
 
 
 # -- rate limits ---------------------------------------------------------------------------------------------
@@ -580,6 +589,52 @@ def test_limiter_keeps_the_request_rate_at_or_below_the_rpm_over_hundreds_of_cal
     assert calls / elapsed >= 0.85 * per_second  # at the quota, not far below it
 
 
+def test_an_announced_quota_paces_calls_when_the_settings_set_none(caplog: pytest.LogCaptureFixture) -> None:
+    announced = completion(GOOD)
+    announced.headers = {"x-ratelimit-limit-requests": "300", "x-ratelimit-remaining-requests": "299"}
+    with ScriptedOpenAIServer(lambda _: announced) as server:
+
+        async def use(judge: OpenAIJudge) -> None:
+            await judge.complete(REQUEST)
+            await asyncio.gather(*(judge.complete(REQUEST) for _ in range(6)))
+
+        with caplog.at_level(logging.INFO, logger="monitor.judge.openai_judge"):
+            with_judge(settings_for(server, concurrency=6), new_metrics(), use)
+    arrivals = [r.received_at for r in server.requests[1:]]
+    assert max_in_window(arrivals, 0.39) <= 2  # 300 per minute: one call every 0.2 s
+    assert arrivals[-1] - arrivals[0] >= 0.95
+    assert any("300 requests per minute" in r.getMessage() for r in caplog.records)
+
+
+def test_a_configured_limit_wins_over_an_announced_one() -> None:
+    announced = completion(GOOD)
+    announced.headers = {"x-ratelimit-limit-requests": "60"}
+    with ScriptedOpenAIServer(lambda _: announced) as server:
+
+        async def use(judge: OpenAIJudge) -> None:
+            for _ in range(5):
+                await judge.complete(REQUEST)
+
+        started = time.monotonic()
+        with_judge(settings_for(server, requests_per_minute=6000), new_metrics(), use)
+    assert time.monotonic() - started < 1.5 and server.count == 5
+
+
+def test_an_endpoint_that_only_says_429_is_found_out_without_losing_calls() -> None:
+    quota = QuotaHandler(3000, content=GOOD, latency=0.05, announce_limits=False)  # 50 per second
+    with ScriptedOpenAIServer(quota) as server:
+        metrics = new_metrics()
+
+        async def use(judge: OpenAIJudge) -> list[JudgeReply | BaseException]:
+            return list(await asyncio.gather(*(judge.complete(REQUEST) for _ in range(120)),
+                                             return_exceptions=True))
+
+        results = with_judge(settings_for(server, concurrency=12, max_retries=4), metrics, use)
+    assert [r for r in results if not isinstance(r, JudgeReply)] == []
+    assert quota.limited < 60  # a few 429s while it adapts, not a storm on every call
+    assert server.count == 120 + quota.limited
+
+
 # -- helpers -------------------------------------------------------------------------------------------------
 
 
@@ -595,6 +650,11 @@ def test_header_parsing() -> None:
                          "x-ratelimit-remaining-requests": "5", "x-ratelimit-reset-requests": "9s"}
     assert retry_after_seconds(token_quota_spent) == 2.0
     assert retry_after_seconds({}) is None
+    assert spent_quota_wait({"x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "30s",
+                             "x-ratelimit-limit-requests": "600"}) == pytest.approx(0.1)
+    assert spent_quota_wait({"x-ratelimit-remaining-tokens": "0", "x-ratelimit-reset-tokens": "2s"}) == 2.0
+    not_spent = {"x-ratelimit-remaining-requests": "3", "x-ratelimit-reset-requests": "9s"}
+    assert spent_quota_wait(not_spent) is None
 
 
 def test_record_invalid_reply_counts_under_its_own_outcome() -> None:

@@ -53,7 +53,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("output", type=Path)
     args = parser.parse_args(argv)
     with args.input.open(encoding="utf-8") as source, args.output.open("w", encoding="utf-8") as out:
-        for number, line in enumerate(l for l in source if l.strip()):
+        for number, line in enumerate(text for text in source if text.strip()):
             document = spans_to_otlp_document(chat_record_to_spans(json.loads(line), number))
             out.write(json.dumps(document, ensure_ascii=False, separators=(",", ":")) + "\n")
     return 0

@@ -158,7 +158,7 @@ def rubric_prompt(rubric: WeightedRubric) -> str:
 
 
 class WeightedEvaluator:
-    kinds = ("weighted",)
+    kinds: tuple[str, ...] = ("weighted",)
 
     def __init__(self, cache: VerdictCache | None = None) -> None:
         self._cache = cache or VerdictCache(0)
@@ -226,14 +226,14 @@ class WeightedEvaluator:
         )
         if not samples:
             return EvaluationResult(outcome="unscored", unscored_reason=problem or "no_reply",
-                                    reason=f"Unscored: {problem}", **base)  # type: ignore[arg-type]
+                                    reason=f"Unscored: {problem}", **base)
         dimensions = combine_samples(samples)
         if cached is None:
             self._cache.put(cache_key, dimensions)
         verdict = foundry_score(dimensions, rubric)
         if verdict.score is None:
             return EvaluationResult(outcome="unscored", unscored_reason="no_applicable_dimension",
-                                    reason=verdict.reason, dimension_scores=dimensions, **base)  # type: ignore[arg-type]
+                                    reason=verdict.reason, dimension_scores=dimensions, **base)
         details: dict[str, Any] = {}
         if len(samples) > 1 or problem:
             details["samples"] = {"valid": len(samples), "requested": rubric.samples or settings.samples}
@@ -247,5 +247,5 @@ class WeightedEvaluator:
             reason=verdict.reason,
             dimension_scores=dimensions,
             details=details,
-            **base,  # type: ignore[arg-type]
+            **base,
         )

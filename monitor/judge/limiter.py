@@ -163,10 +163,11 @@ class AdaptiveRequestRate:
     """A request rate for endpoints that announce no quota and answer only 429 (bare gateways, some Azure
     deployments): additive-increase / multiplicative-decrease, as TCP does for congestion.
 
-    Until the first 429 there is no limit. The first 429 starts pacing at the rate that was being accepted over
-    the last ``window`` seconds; every further 429 (at most one per ``cooldown``, as one burst brings several)
-    cuts the rate by ``decrease``; every success raises it by ``increase`` of itself, so the rate settles just
-    under the endpoint's quota with an occasional 429 instead of a storm of them.
+    Until a 429 arrives there is no limit. The first 429 after some calls succeeded starts pacing at the rate
+    they were accepted at (over at most ``window`` seconds, at least one); every further 429 (at most one per
+    ``cooldown``, as one burst brings several) cuts the rate by ``decrease``; every success raises it by
+    ``increase`` of itself. Too high a start is cut within seconds, so the rate settles just under the
+    endpoint's quota with an occasional 429 instead of a storm of them.
     """
 
     def __init__(self, *, clock: Clock = time.monotonic, window: float = 5.0, decrease: float = 0.7,
@@ -189,17 +190,28 @@ class AdaptiveRequestRate:
         if self._successes[0] < cutoff:
             self._successes = [t for t in self._successes if t >= cutoff]
         if self.requests_per_minute is not None:
-            self.requests_per_minute *= 1.0 + self._increase
+            # Grow only while calls keep up with the rate: hours of light load must not grow it without bound.
+            accepted = self._accepted_per_minute(now)
+            grown = self.requests_per_minute * (1.0 + self._increase)
+            self.requests_per_minute = min(grown, max(self.requests_per_minute, 2.0 * accepted))
         return self.requests_per_minute
 
-    def record_rate_limited(self) -> float:
-        """Note a 429; returns the rate to pace at from now on."""
+    def record_rate_limited(self) -> float | None:
+        """Note a 429; returns the rate to pace at from now on (None: nothing succeeded yet to start from)."""
         now = self._clock()
         if self.requests_per_minute is None:
-            accepted = sum(1 for t in self._successes if t >= now - self._window)
-            self.requests_per_minute = max(self._floor, accepted / self._window * _SECONDS_PER_MINUTE)
+            accepted = self._accepted_per_minute(now)
+            if not accepted:
+                return None
+            self.requests_per_minute = max(self._floor, accepted)
             self._last_decrease = now
         elif now - self._last_decrease >= self._cooldown:
             self.requests_per_minute = max(self._floor, self.requests_per_minute * self._decrease)
             self._last_decrease = now
         return self.requests_per_minute
+
+    def _accepted_per_minute(self, now: float) -> float:
+        recent = [t for t in self._successes if t >= now - self._window]
+        if not recent:
+            return 0.0
+        return len(recent) / max(1.0, now - recent[0]) * _SECONDS_PER_MINUTE

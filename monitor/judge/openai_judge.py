@@ -450,8 +450,8 @@ class OpenAIJudge:
             if exc.code == "insufficient_quota":
                 # Billing, not pacing: waiting does not help.
                 return JudgeRateLimited(f"judge model {model}: quota exhausted ({detail})")
-            if self._adapts_request_rate():
-                self._limiter.set_request_limit(self._adaptive_rate.record_rate_limited())
+            if self._adapts_request_rate() and (rpm := self._adaptive_rate.record_rate_limited()) is not None:
+                self._limiter.set_request_limit(rpm)
             limited = JudgeRateLimited(f"judge model {model}: rate limited past {self._settings.max_retries} "
                                        f"retries ({detail})")
             return _Retryable("rate_limited", retry_after_seconds(exc.response.headers), limited)

@@ -22,6 +22,7 @@ from monitor.rubrics.generate import (
     GeneratedRubric,
     GenerationFailed,
     GenerationSources,
+    check_sources,
     generate_rubric,
     write_rubric,
 )
@@ -181,19 +182,17 @@ def cmd_validate(args: argparse.Namespace, out: TextIO | None = None, err: TextI
     return 2 if failures else 0
 
 
-def _previous(args: argparse.Namespace, directory: Path | None) -> tuple[WeightedRubric | None, Path]:
-    """The rubric to regenerate (if it exists) and the file to write."""
-    output: Path | None = args.output
-    existing: Rubric | None = None
-    if output is not None and output.exists():
-        existing = load_rubric_file(output)
-    elif directory is not None and directory.exists():
-        registry = _tolerant(directory)
-        existing = registry.get(args.name)
-        if existing is not None:
-            output = registry.sources()[args.name]
-    if output is None:
-        output = (directory or Path(".")) / f"{args.name}.yaml"
+def _previous(args: argparse.Namespace, directory: Path) -> tuple[WeightedRubric | None, Path]:
+    """The rubric to regenerate (if it exists) and the file to write: the rubric's own file unless
+    ``--output``."""
+    registry = _tolerant(directory) if directory.exists() else None
+    in_directory = registry.get(args.name) if registry is not None else None
+    home = registry.sources()[args.name] if registry is not None and in_directory is not None else None
+    output: Path = args.output or home or directory / f"{args.name}.yaml"
+    if home is not None and home.resolve() != output.resolve():
+        raise RubricError(str(output), "name", f"rubric {args.name!r} already lives in {home}; regenerate it "
+                          "there (leave out --output)")
+    existing = load_rubric_file(output) if output.exists() else None
     if existing is None:
         return None, output
     if not isinstance(existing, WeightedRubric):
@@ -231,10 +230,9 @@ def cmd_generate(
     """Generate (or regenerate) a rubric; ``judge`` defaults to the one the settings describe."""
     out, err = out or sys.stdout, err or sys.stderr
     try:
-        directory = args.dir if args.dir is not None else (
-            None if args.output is not None else rubric_directory(args))
         sources = _sources(args)
-        previous, output = _previous(args, directory)
+        check_sources(sources)
+        previous, output = _previous(args, rubric_directory(args))
         category = args.category or (previous.category if previous else "quality")
         own_judge = judge is None
         judge = judge or _build_judge(args)

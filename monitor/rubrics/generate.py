@@ -267,15 +267,20 @@ def sample_conversations(sources: GenerationSources) -> list[Conversation]:
     return picked
 
 
-def build_prompt(
-    sources: GenerationSources, category: Category, previous: WeightedRubric | None
-) -> tuple[str, str, int]:
-    """System and user message, and how many sample conversations went in."""
+def check_sources(sources: GenerationSources) -> None:
+    """Refuse traces alone (as Foundry does) and no input at all, before any judge is involved."""
     if not (sources.instructions and sources.instructions.strip()) and not sources.reference_files:
         what = "traces alone cannot" if sources.traces else "nothing to"
         raise ConfigError("rubrics generate", "sources", f"{what} ground a rubric: give the agent's "
                           "instructions (--instructions or --instructions-file) or reference files "
                           "(--reference)")
+
+
+def build_prompt(
+    sources: GenerationSources, category: Category, previous: WeightedRubric | None
+) -> tuple[str, str, int]:
+    """System and user message, and how many sample conversations went in."""
+    check_sources(sources)
     residual = str(RESIDUAL_DIMENSIONS[category]["id"])
     system = GENERATION_SYSTEM.format(category=category, residual=residual)
     if category == "safety":

@@ -80,7 +80,7 @@ class WeightedRubric(RubricBase):
         residual = RESIDUAL_DIMENSIONS[self.category]
         if residual["id"] not in seen:
             # The service attaches the residual dimension; so do we, so that hand-written rubrics score alike.
-            object.__setattr__(self, "dimensions", (*self.dimensions, Dimension(**residual)))  # type: ignore[arg-type]
+            object.__setattr__(self, "dimensions", (*self.dimensions, Dimension.model_validate(residual)))
         return self
 
 

@@ -6,7 +6,9 @@ slice's end, so the pipeline stores the slice's spans and the new watermark toge
 moves the watermark past rows that were not stored. The overlap re-reads rows ingested late; the store drops
 the ones it already has by span id. A slice that reaches the service's row or size limit (a ``PartialError``,
 or as many rows as the limit) is read again as two halves, so nothing is silently cut; any other partial
-result fails the cycle.
+result fails the cycle. Failures raise ``SourceError``s whose ``kind`` (auth, query, throttled, server,
+timeout, partial, error) is the ``rubric_monitor_source_errors_total`` label: the pipeline logs and counts
+them.
 """
 
 from __future__ import annotations

@@ -319,7 +319,10 @@ class SqlStore:
                     rubric_version=result.rubric_version, turn_key=turn_key, revision=result.revision,
                     current=True, agent=result.agent, outcome=result.outcome, score=result.score,
                     evaluated_ts=ts, payload=result.model_dump_json()))
-                result_id = inserted.inserted_primary_key[0]
+                primary_key = inserted.inserted_primary_key
+                if primary_key is None:
+                    raise StoreError("store returned no id for the new result row")
+                result_id = primary_key[0]
                 dimension_rows = [
                     {"result_id": result_id, "dimension": d.id, "rubric": result.rubric,
                      "rubric_version": result.rubric_version, "agent": result.agent, "score": d.score,
