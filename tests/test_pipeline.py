@@ -240,3 +240,41 @@ def test_stop_lets_no_new_evaluation_start(setup: Setup) -> None:
     monitor.pipeline.stop.clear()
     assert monitor.run_cycle().evaluations == {"pass": 3}  # nothing was lost
     monitor.close()
+
+
+def vertex_judge(request: Recorded) -> Reply:
+    """Answers each kind's request as its schema asks: items, item verdicts, safety policies, weighted verdicts."""
+    from tests.vertex_judging import item_ids, items_reply, schema, schema_name
+
+    name = schema_name(request)
+    if name == "rubric_items":
+        return items_reply("Does the reply confirm the action taken?", "Does the reply name the reservation?")
+    if name == "rubric_item_verdicts":
+        return completion(json.dumps({i: {"reasoning": "seen", "verdict": "yes"} for i in item_ids(request)}))
+    if name == "safety_verdict":
+        policies = schema(request)["properties"]["policies"]["required"]
+        return completion(json.dumps({"policies": {p: {"violated": False, "rationale": "none", "excerpt": ""}
+                                                   for p in policies}}))
+    return verdict(request, SEED_PASS_SCORES)
+
+
+def test_every_rubric_kind_runs_through_the_daemon(setup: Setup) -> None:
+    for name, extra in {"quality.yaml": {"kind": "adaptive", "metric": "general_quality"},
+                        "safety.yaml": {"kind": "safety"}}.items():
+        (setup.tmp / "rubrics" / name).write_text(yaml.safe_dump(
+            {"name": name.removesuffix(".yaml"), "agents": ["reservation-*"], **extra}))
+    setup.handler[0] = vertex_judge
+    monitor = setup.monitor()
+    report = monitor.run_cycle()
+    assert report.ok and report.evaluations == {"pass": 9}
+    by_rubric: dict[str, int] = {}
+    for result in monitor.store.results():
+        by_rubric[result.rubric] = by_rubric.get(result.rubric, 0) + result.judge_calls
+        assert result.score == pytest.approx(0.9419354839 if result.rubric_kind == "weighted" else 1.0)
+    # weighted: 1 call per conversation; adaptive: generation + validation; safety: 1
+    assert by_rubric == {"restaurant-reservation": 3, "quality": 6, "safety": 3}
+    safety_version = next(r.rubric_version for r in monitor.store.results() if r.rubric == "safety")
+    assert monitor.registry.get_sample_value("rubric_monitor_evaluations_total", {
+        "rubric": "safety", "rubric_version": safety_version, "agent": "reservation-assistant",
+        "outcome": "pass"}) == 3
+    monitor.close()

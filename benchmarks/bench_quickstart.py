@@ -1,0 +1,64 @@
+"""One daemon cycle on the quick-start defaults: bundled sample traces, SQLite, the embedded SmolLM2 judge.
+
+    python -m benchmarks.bench_quickstart [--cycles 1]
+
+Reports seconds per cycle, judge calls per conversation, and prompt tokens read per call (llama.cpp reuses the
+cached prefix: instructions and rubric come before the conversation, so only the first call reads them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+from monitor.app import build_monitor
+from monitor.settings import Settings
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run(cycles: int) -> dict[str, object]:
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        shutil.copytree(REPO / "examples" / "traces", work / "traces")
+        settings = Settings(
+            source={"kind": "otlp_file", "path": str(work / "traces")},
+            rubrics={"directory": str(REPO / "examples" / "rubrics")},
+            store={"url": f"sqlite:///{work / 'results.db'}"},
+        )
+        started = time.perf_counter()
+        monitor = build_monitor(settings)
+        startup = time.perf_counter() - started
+        durations, calls, conversations = [], 0, 0
+        for _ in range(cycles):
+            cycle_start = time.perf_counter()
+            report = monitor.run_cycle()
+            durations.append(time.perf_counter() - cycle_start)
+            calls += report.judge_calls
+            conversations += report.conversations_ready
+        results = monitor.store.results()
+        monitor.close()
+    return {
+        "startup_seconds": round(startup, 2),
+        "first_cycle_seconds": round(durations[0], 1),
+        "conversations": conversations,
+        "judge_calls_per_conversation": round(calls / max(conversations, 1), 2),
+        "prompt_tokens_per_call": [r.input_tokens for r in results],
+        "output_tokens_per_call": [r.output_tokens for r in results],
+        "outcomes": [r.outcome for r in results],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--cycles", type=int, default=1)
+    args = parser.parse_args()
+    print(json.dumps(run(args.cycles), indent=1))
+
+
+if __name__ == "__main__":
+    main()
