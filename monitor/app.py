@@ -19,6 +19,7 @@ from monitor.errors import ConfigError
 from monitor.evaluators.adaptive import AdaptiveEvaluator
 from monitor.evaluators.base import EvaluationContext, Evaluator
 from monitor.evaluators.cache import VerdictCache
+from monitor.evaluators.item_cache import InMemoryItemCache, ItemStore, PersistentItemCache
 from monitor.evaluators.static import StaticMetricEvaluator
 from monitor.evaluators.weighted import WeightedEvaluator
 from monitor.health import HealthState, MonitorHTTPServer
@@ -64,10 +65,11 @@ def build_judge(settings: JudgeSettings, metrics: MonitorMetrics) -> Judge:
     return OpenAIJudge(settings, metrics)
 
 
-def build_evaluators(cache_size: int) -> dict[str, Evaluator]:
+def build_evaluators(cache_size: int, item_store: ItemStore | None = None) -> dict[str, Evaluator]:
+    items = PersistentItemCache(item_store, cache_size) if item_store else InMemoryItemCache(cache_size)
     evaluators: list[Evaluator] = [
         WeightedEvaluator(VerdictCache(cache_size)),
-        AdaptiveEvaluator(),
+        AdaptiveEvaluator(items),
         StaticMetricEvaluator(),
     ]
     return {kind: evaluator for evaluator in evaluators for kind in evaluator.kinds}
@@ -139,7 +141,7 @@ def build_monitor(settings: Settings, registry: CollectorRegistry | None = None)
         source=source,
         store=store,
         rubrics=rubrics if settings.rubrics.reload else _Frozen(rubrics),
-        evaluators=build_evaluators(settings.judge.cache_size),
+        evaluators=build_evaluators(settings.judge.cache_size, store),
         context=EvaluationContext(judge=judge, settings=judge_settings, store_content=settings.store.store_content),
         metrics=metrics,
         conversation_settings=settings.conversation,

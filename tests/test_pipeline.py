@@ -278,3 +278,27 @@ def test_every_rubric_kind_runs_through_the_daemon(setup: Setup) -> None:
         "rubric": "safety", "rubric_version": safety_version, "agent": "reservation-assistant",
         "outcome": "pass"}) == 3
     monitor.close()
+
+
+def test_adaptive_items_survive_a_restart(setup: Setup) -> None:
+    (setup.tmp / "rubrics" / "restaurant-reservation.yaml").unlink()
+    (setup.tmp / "rubrics" / "quality.yaml").write_text(yaml.safe_dump(
+        {"name": "quality", "kind": "adaptive", "metric": "general_quality"}))
+    setup.handler[0] = vertex_judge
+    monitor = setup.monitor()
+    monitor.run_cycle()
+    monitor.close()
+
+    def calls(name: str) -> int:
+        return sum(1 for r in setup.server.requests if r.body["response_format"]["json_schema"]["name"] == name)
+
+    assert (calls("rubric_items"), calls("rubric_item_verdicts")) == (3, 3)
+    from monitor.otlp import spans_to_otlp_document
+
+    repeat = {**CHATS[0], "id": "conv-booking-again"}  # another user asking exactly the same thing
+    with (setup.tmp / "traces" / "sample.jsonl").open("a") as out:
+        out.write(json.dumps(spans_to_otlp_document(chat_record_to_spans(repeat, 7))) + "\n")
+    restarted = setup.monitor()
+    assert restarted.run_cycle().evaluations == {"pass": 1}
+    restarted.close()
+    assert (calls("rubric_items"), calls("rubric_item_verdicts")) == (3, 4)  # items came from the store

@@ -77,3 +77,33 @@ class InMemoryItemCache:
 
     def __len__(self) -> int:
         return len(self._entries)
+
+
+class ItemStore(Protocol):
+    """What a persistent cache needs from the result store (``SqlStore`` has it)."""
+
+    def cached_items(self, key: str) -> str | None: ...
+
+    def cache_items(self, key: str, payload: str) -> None: ...
+
+
+class PersistentItemCache:
+    """Items kept in the result store, so a restart costs no generation call either; a small in-memory layer in
+    front saves the round trip for hot requests."""
+
+    def __init__(self, store: ItemStore, capacity: int = 10_000) -> None:
+        self._store = store
+        self._memory = InMemoryItemCache(capacity)
+
+    def get(self, key: str) -> GeneratedItems | None:
+        found = self._memory.get(key)
+        if found is None:
+            payload = self._store.cached_items(key)
+            if payload is not None:
+                found = GeneratedItems.from_json(payload)
+                self._memory.put(key, found)
+        return found
+
+    def put(self, key: str, items: GeneratedItems) -> None:
+        self._memory.put(key, items)
+        self._store.cache_items(key, items.to_json())

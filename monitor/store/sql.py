@@ -114,6 +114,13 @@ usage_table = Table(
     Column("usd", Float, nullable=False),
 )
 
+items_table = Table(
+    "adaptive_items", metadata,
+    Column("key", String(128), primary_key=True),
+    Column("payload", Text, nullable=False),
+    Column("created_ts", Float, nullable=False),
+)
+
 _CHUNK = 500
 
 
@@ -416,6 +423,21 @@ class SqlStore:
                 removed += conn.execute(delete(spans_table).where(spans_table.c.conversation_key.in_(chunk))
                                         ).rowcount or 0
         return removed
+
+    # adaptive rubric items ------------------------------------------------------------------------------------
+
+    def cached_items(self, key: str) -> str | None:
+        with self._tx() as conn:
+            value = conn.execute(select(items_table.c.payload).where(items_table.c.key == key)).scalar_one_or_none()
+        return None if value is None else str(value)
+
+    def cache_items(self, key: str, payload: str) -> None:
+        try:
+            with self._tx() as conn:
+                conn.execute(insert(items_table).values(key=key, payload=payload,
+                                                        created_ts=datetime.now(UTC).timestamp()))
+        except IntegrityError:
+            pass  # generated concurrently by another evaluation: the first one stays
 
     def ping(self) -> None:
         with self._tx() as conn:
