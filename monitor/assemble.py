@@ -67,8 +67,9 @@ def assemble(spans: Iterable[SpanRecord]) -> Assembly:
     rejected: Counter[str] = Counter()
     problems: list[str] = []
     cache = ReadCache()
+    facts = _MessageFacts()
     conversations = [
-        _ConversationBuilder(key, traces, real_spans, cache).build(rejected, problems)
+        _ConversationBuilder(key, traces, real_spans, cache, facts).build(rejected, problems)
         for key, traces in by_key.items()
     ]
     conversations.sort(key=lambda c: (c.started_at or datetime.max.replace(tzinfo=UTC), c.id))
@@ -177,16 +178,41 @@ def operation_of(span: SpanRecord) -> str | None:
 # ---- one conversation ------------------------------------------------------------------------------------
 
 
-@dataclass
+@dataclass(slots=True)
 class _Entry:
     message: Message
     key: str
     time: datetime
+    calls: tuple[Part, ...]
+    """The message's tool calls, looked up often while filling in tool results."""
+
+
+class _MessageFacts:
+    """The merge key and tool calls of each message object, computed once per assembly.
+
+    The read cache hands out one object per distinct message, so a history repeated by every chat span (and
+    by every replica of a conversation in the batch) costs one key. Each entry holds its message, so the id it
+    is filed under cannot be reused by another object while the entry exists.
+    """
+
+    def __init__(self) -> None:
+        self._facts: dict[int, tuple[Message, str, tuple[Part, ...]]] = {}
+
+    def entry(self, message: Message, time: datetime) -> _Entry:
+        found = self._facts.get(id(message))
+        if found is None or found[0] is not message:
+            found = self._facts[id(message)] = (message, message_key(message), message.tool_calls)
+        return _Entry(message, found[1], time, found[2])
 
 
 class _ConversationBuilder:
     def __init__(
-        self, key: str, traces: list[list[SpanRecord]], real_spans: set[SpanKey], cache: ReadCache
+        self,
+        key: str,
+        traces: list[list[SpanRecord]],
+        real_spans: set[SpanKey],
+        cache: ReadCache,
+        facts: _MessageFacts,
     ) -> None:
         self.key = key
         self.traces = sorted(traces, key=lambda t: min((s.start_time, s.span_id) for s in t))
@@ -195,20 +221,27 @@ class _ConversationBuilder:
         self.parents = {(s.trace_id, s.span_id): s.parent_span_id for s in self.spans}
         self.span_count = sum(1 for s in self.spans if (s.trace_id, s.span_id) in real_spans)
         self.contents = {(s.trace_id, s.span_id): read_span_content(s, cache=cache) for s in self.spans}
+        self.facts = facts
         self.system_texts: list[str] = []
-        # The read cache hands out one object per distinct message, so its key is computed once as well.
-        self.keys: dict[int, str] = {}
+        # Sorting keys and operations are asked for many times per span: each is computed once.
+        self.orders = {id(s): (s.start_time, self.depths[(s.trace_id, s.span_id)], s.span_id) for s in self.spans}
+        self.operations = {id(s): operation_of(s) for s in self.spans}
+        self.ordered = sorted(self.spans, key=self.order)
 
     def order(self, span: SpanRecord) -> tuple[datetime, int, str]:
-        return span.start_time, self.depths[(span.trace_id, span.span_id)], span.span_id
+        return self.orders[id(span)]
+
+    def operation(self, span: SpanRecord) -> str | None:
+        return self.operations[id(span)]
 
     def content(self, span: SpanRecord) -> SpanContent:
         return self.contents[(span.trace_id, span.span_id)]
 
     def build(self, rejected: Counter[str], problems: list[str]) -> Conversation:
         for content in self.contents.values():
-            rejected.update(content.rejected)
-            problems.extend(content.problems)
+            if content.rejected:
+                rejected.update(content.rejected)
+                problems.extend(content.problems)
         messages: list[_Entry] = []
         for trace in self.traces:
             _extend(messages, self.trace_messages(trace))
@@ -236,8 +269,8 @@ class _ConversationBuilder:
 
     def trace_messages(self, trace: list[SpanRecord]) -> list[_Entry]:
         ordered = sorted(trace, key=self.order)
-        inference = [s for s in ordered if operation_of(s) in INFERENCE_OPERATIONS]
-        coarser = [s for s in ordered if operation_of(s) not in INFERENCE_OPERATIONS]
+        inference = [s for s in ordered if self.operation(s) in INFERENCE_OPERATIONS]
+        coarser = [s for s in ordered if self.operation(s) not in INFERENCE_OPERATIONS]
         sequence: list[_Entry] = []
         for span in inference:
             content = self.content(span)
@@ -250,7 +283,7 @@ class _ConversationBuilder:
                 _extend(sequence, outputs)
             else:
                 _extend(sequence, inputs + outputs)
-        _fill_tool_results(sequence, [s for s in ordered if operation_of(s) == EXECUTE_TOOL])
+        _fill_tool_results(sequence, [s for s in coarser if self.operation(s) == EXECUTE_TOOL])
         for span in coarser:
             _weave(sequence, self.entries(self.content(span).messages))
         return sequence
@@ -261,10 +294,7 @@ class _ConversationBuilder:
             if timed.message.role in SYSTEM_ROLES:
                 self.add_system_text(timed.message.text)
             else:
-                key = self.keys.get(id(timed.message))
-                if key is None:
-                    key = self.keys[id(timed.message)] = message_key(timed.message)
-                result.append(_Entry(timed.message, key, timed.time))
+                result.append(self.facts.entry(timed.message, timed.time))
         return result
 
     def add_system_text(self, text: str) -> None:
@@ -272,10 +302,9 @@ class _ConversationBuilder:
             self.system_texts.append(text)
 
     def system_instructions(self) -> str | None:
-        def finest_first(span: SpanRecord) -> tuple[bool, tuple[datetime, int, str]]:
-            return operation_of(span) not in INFERENCE_OPERATIONS, self.order(span)
-
-        ordered = sorted(self.spans, key=finest_first)
+        # Finest first: the inference spans, then the others, each group in span order.
+        ordered = [s for s in self.ordered if self.operation(s) in INFERENCE_OPERATIONS]
+        ordered += [s for s in self.ordered if self.operation(s) not in INFERENCE_OPERATIONS]
         texts = [text for span in ordered for text in self.content(span).system_instructions]
         for text in self.system_texts:
             texts.append(text)
@@ -284,7 +313,7 @@ class _ConversationBuilder:
 
     def tool_definitions(self) -> tuple[ToolDefinition, ...]:
         by_name: dict[str, ToolDefinition] = {}
-        for span in sorted(self.spans, key=self.order):
+        for span in self.ordered:
             for tool in self.content(span).tool_definitions:
                 by_name.setdefault(tool.name, tool)
         return tuple(by_name.values())
@@ -294,10 +323,8 @@ class _ConversationBuilder:
     def agent_identity(self) -> tuple[str | None, str | None, str | None]:
         """Name, id and version from the agent span nearest the root; inference spans often carry a constant
         class name ("OpenAI Agent") instead, so they count only when no agent span names one."""
-        ranked = sorted(
-            self.spans,
-            key=lambda s: (operation_of(s) not in AGENT_OPERATIONS and s.kind != "server", self.order(s)),
-        )
+        ranked = [s for s in self.ordered if self.operation(s) in AGENT_OPERATIONS or s.kind == "server"]
+        ranked += [s for s in self.ordered if self.operation(s) not in AGENT_OPERATIONS and s.kind != "server"]
 
         def first(*keys: str) -> str | None:
             for span in ranked:
@@ -316,8 +343,8 @@ class _ConversationBuilder:
     def token_usage(self) -> tuple[int, int]:
         """Tokens of the model calls. Agent spans often repeat their children's total, so they count only when
         no model call reports usage, and then only the outermost ones."""
-        usage = {(s.trace_id, s.span_id): _usage(s) for s in self.spans if _usage(s) != (None, None)}
-        counted = [(s.trace_id, s.span_id) for s in self.spans if operation_of(s) in TOKEN_OPERATIONS]
+        usage = {(s.trace_id, s.span_id): found for s in self.spans if (found := _usage(s)) != (None, None)}
+        counted = [(s.trace_id, s.span_id) for s in self.spans if self.operation(s) in TOKEN_OPERATIONS]
         counted = [key for key in counted if key in usage]
         if not counted:
             counted = [key for key in usage if not self.has_usage_above(key, usage)]
@@ -450,7 +477,7 @@ def _fill_tool_results(sequence: list[_Entry], tool_spans: list[SpanRecord]) -> 
             by_name[str(span.attributes.get("gen_ai.tool.name", ""))].append(span)
     index = 0
     while index < len(sequence):
-        calls = sequence[index].message.tool_calls
+        calls = sequence[index].calls
         if not calls:
             index += 1
             continue
@@ -474,7 +501,7 @@ def _fill_tool_results(sequence: list[_Entry], tool_spans: list[SpanRecord]) -> 
 def _answered_ids(sequence: list[_Entry], call_index: int) -> set[str | None]:
     answered: set[str | None] = set()
     for entry in sequence[call_index + 1:]:
-        if entry.message.tool_calls or entry.message.role == "assistant":
+        if entry.calls or entry.message.role == "assistant":
             break
         answered.update(p.id for p in entry.message.parts if p.type == "tool_call_response")
     return answered
@@ -493,5 +520,5 @@ def _tool_result_entry(call: Part, span: SpanRecord) -> _Entry | None:
         parts=(Part(type="tool_call_response", id=call.id, response=span.attributes[TOOL_CALL_RESULT]),),
         name=str(name) if name else None,
     )
-    return _Entry(message, message_key(message), span.end_time or span.start_time)
+    return _Entry(message, message_key(message), span.end_time or span.start_time, message.tool_calls)
 

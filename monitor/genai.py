@@ -54,6 +54,7 @@ _LITERALS = ("true", "false", "null", "NaN", "Infinity", "-Infinity")
 _NUMBER_PREFIX = re.compile(r"-?\d*(\.\d*)?([eE][-+]?\d*)?")
 _DECODER = json.JSONDecoder()
 _CORE_PART_KEYS = {"type", "content", "id", "name", "arguments", "response"}
+_READ_KEYS = (INPUT_MESSAGES, OUTPUT_MESSAGES, SYSTEM_INSTRUCTIONS, TOOL_DEFINITIONS)
 
 T = TypeVar("T")
 
@@ -115,25 +116,75 @@ def scan_array(text: str) -> tuple[list[tuple[str, Any]] | None, bool]:
     position = _skip_space(text, position + 1)
     if text.startswith("]", position):
         return items, _skip_space(text, position + 1) == len(text)
+    complete = _scan_items(text, position, items, [])
+    return items, complete
+
+
+def _scan_items(text: str, position: int, items: list[tuple[str, Any]], ends: list[int]) -> bool:
+    """Decode the array items from ``position`` (the start of an item) on, appending each with its text and
+    where it ends; whether the array closed at the end of ``text``."""
     while True:
         try:
             item, end = _DECODER.raw_decode(text, position)
         except (json.JSONDecodeError, RecursionError):
-            return items, False
+            return False
         items.append((text[position:end], item))
-        position = _skip_space(text, end)
-        if text.startswith(",", position):
-            position = _skip_space(text, position + 1)
-        elif text.startswith("]", position):
-            return items, _skip_space(text, position + 1) == len(text)
-        else:
-            return items, False
+        ends.append(end)
+        next_position = _after_item(text, end)
+        if next_position < 0:
+            return next_position == _CLOSED
+        position = next_position
+
+
+_CLOSED = -1
+_BROKEN = -2
+
+
+def _after_item(text: str, end: int) -> int:
+    """Where the next item starts after an item ending at ``end``, or ``_CLOSED`` / ``_BROKEN``."""
+    position = _skip_space(text, end)
+    if text.startswith(",", position):
+        return _skip_space(text, position + 1)
+    if text.startswith("]", position):
+        return _CLOSED if _skip_space(text, position + 1) == len(text) else _BROKEN
+    return _BROKEN
 
 
 def _skip_space(text: str, position: int) -> int:
-    while position < len(text) and text[position] in " \t\r\n":
+    size = len(text)
+    while position < size and text[position] in " \t\r\n":
         position += 1
     return position
+
+
+_ITEM_BOUNDARY = frozenset(" \t\r\n,]")
+_ARRAYS_PER_HEAD = 4
+
+
+@dataclass(frozen=True)
+class _ScannedArray:
+    """An array text already scanned: its items and where each ends, for arrays that repeat it as a prefix."""
+
+    text: str
+    ends: list[int]
+    items: list[tuple[str, Any]]
+
+    def shared_items(self, text: str) -> int:
+        """How many leading items ``text`` shares with this array, character for character.
+
+        An item counts only when ``text`` goes on after it with what can follow a complete item, so the
+        decoder would stop at the same place there (a number ``12`` is not a prefix of ``123``).
+        """
+        low, high = 0, len(self.items)
+        while low < high:
+            middle = (low + high + 1) // 2
+            if text.startswith(self.text[:self.ends[middle - 1]]):
+                low = middle
+            else:
+                high = middle - 1
+        while low and self.ends[low - 1] < len(text) and text[self.ends[low - 1]] not in _ITEM_BOUNDARY:
+            low -= 1
+        return low
 
 
 def maybe_json_object(value: Any) -> Any:
@@ -162,6 +213,38 @@ class ReadCache:
     def __init__(self) -> None:
         self._items: dict[tuple[str, str, str], tuple[tuple[SchemaIssue, ...], Any]] = {}
         self._values: dict[tuple[str, str, str, bool], AttributeRead[Any]] = {}
+        self._arrays: dict[str, list[_ScannedArray]] = {}
+
+    def scan_array(self, text: str) -> tuple[list[tuple[str, Any]] | None, bool]:
+        """``scan_array(text)``, decoding only the items past the longest prefix shared with an array scanned
+        before: each chat input repeats the previous one and adds the new turns, so decoding every input
+        from its start would cost the square of the conversation's length."""
+        position = _skip_space(text, 0)
+        if not text.startswith("[", position):
+            return None, False
+        position = _skip_space(text, position + 1)
+        if text.startswith("]", position):
+            return [], _skip_space(text, position + 1) == len(text)
+        try:
+            first, first_end = _DECODER.raw_decode(text, position)
+        except (json.JSONDecodeError, RecursionError):
+            return [], False
+        # Arrays are indexed by their text up to the end of the first item: only those can share a prefix.
+        head = text[:first_end]
+        known = self._arrays.setdefault(head, [])
+        items: list[tuple[str, Any]] = [(text[position:first_end], first)]
+        ends = [first_end]
+        for candidate in reversed(known):
+            shared = candidate.shared_items(text)
+            if shared > len(items):
+                items, ends = candidate.items[:shared], candidate.ends[:shared]
+        next_position = _after_item(text, ends[-1])
+        complete = next_position == _CLOSED or (
+            next_position >= 0 and _scan_items(text, next_position, items, ends))
+        if len(known) >= _ARRAYS_PER_HEAD:
+            del known[0]
+        known.append(_ScannedArray(text, ends, items))
+        return items, complete
 
     def item(
         self, schema: SchemaName, generation: Generation, text: str, item: Any, index: int,
@@ -278,7 +361,7 @@ def _read_array_text(
     generation: Generation,
     reader: ReadCache,
 ) -> AttributeRead[T]:
-    items, complete = scan_array(text)
+    items, complete = reader.scan_array(text)
     if items is not None and complete:
         return _read_items(items, schema, convert, truncated_hint, False, generation, reader)
     decoded = decode_json_text(text)
@@ -410,6 +493,9 @@ def read_span_content(
     """Messages, instructions and tool definitions of ``span`` (attributes first, legacy events otherwise)."""
     attributes = _content_attributes(span)
     has_attribute_messages = INPUT_MESSAGES in attributes or OUTPUT_MESSAGES in attributes
+    if not span.events and not any(key in attributes for key in _READ_KEYS):
+        # Tool and agent spans without content are most spans: nothing to read.
+        return SpanContent(truncated=bool(CONTENT_ATTRIBUTES.intersection(span.truncated_keys)))
     builder = _ContentBuilder(span, generation, cache or ReadCache())
     builder.read_attributes(attributes)
     if not has_attribute_messages:
@@ -417,8 +503,10 @@ def read_span_content(
     return builder.build()
 
 
-def _content_attributes(span: SpanRecord) -> dict[str, Any]:
+def _content_attributes(span: SpanRecord) -> Mapping[str, Any]:
     """Span attributes, completed by an ``inference.operation.details`` event that carries the same keys."""
+    if not span.events:
+        return span.attributes
     merged = dict(span.attributes)
     for event in span.events:
         if event.name == OPERATION_DETAILS_EVENT:

@@ -100,7 +100,8 @@ class MonitorMetrics:
         # ④ judge
         self.judge_requests = Counter(
             "rubric_monitor_judge_requests",
-            "Judge calls by outcome (ok, invalid_reply, rate_limited, server_error, timeout, auth_error, refused).",
+            "Judge calls by outcome (ok, invalid_reply, rate_limited, server_error, timeout, auth_error, refused, "
+            "error).",
             ["model", "outcome"],
             registry=registry,
         )

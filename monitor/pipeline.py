@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from monitor.assemble import assemble
-from monitor.errors import JudgeAuthError, JudgeError, SourceError, StoreError
+from monitor.errors import JudgeError, JudgeUnavailable, SourceError, StoreError
 from monitor.evaluators.base import EvaluationContext, Evaluator
 from monitor.metrics import MonitorMetrics
 from monitor.models import Conversation, EvaluationResult, utc_now
@@ -236,18 +236,21 @@ class Pipeline:
             return True
         try:
             results = await evaluator.evaluate(conversation, rubric, self.context)
-        except JudgeAuthError as exc:
-            # Not the conversation's fault: it waits, however long the credential stays broken.
-            self._skip(report, rubric.name, "judge_unavailable")
-            self._note_failure(report, "judge", exc)
-            return False
-        except JudgeError as exc:
+        except JudgeUnavailable as exc:
+            # 5xx or timeouts past the transport's retries: possibly this conversation's fault (too long for the
+            # endpoint), so after MAX_JUDGE_ATTEMPTS cycles it is recorded unscored rather than retried forever.
             attempts = self.store.record_failure(task.pending.key, rubric.name, task.pending.revision)
             if attempts < MAX_JUDGE_ATTEMPTS:
                 self._skip(report, rubric.name, "judge_unavailable")
                 self._note_failure(report, "judge", exc)
                 return False
             results = [_unscored(conversation, rubric, self.context, f"judge_error: {type(exc).outcome}: {exc}")]
+        except JudgeError as exc:
+            # A refused credential, a spent quota, a misconfigured endpoint: not the conversation's fault, so it
+            # waits, however long that lasts.
+            self._skip(report, rubric.name, "judge_unavailable")
+            self._note_failure(report, "judge", exc)
+            return False
         except Exception:
             log.exception("evaluating conversation %r with rubric %r failed", conversation.id, rubric.name)
             self.metrics.stage_failures.labels("evaluate").inc()

@@ -183,9 +183,11 @@ class JudgeSettings(_Section):
     concurrency: int = Field(default=4, ge=1)
     """Judge calls in flight at once (the embedded judge uses 1)."""
     requests_per_minute: float | None = None
-    """Client-side request rate limit; None for no limit."""
+    """Client-side request rate limit (calls evenly spaced); None: the endpoint's ``x-ratelimit-limit-requests``
+    header, or, when it sends none, a rate found from its 429s."""
     tokens_per_minute: float | None = None
-    """Client-side token rate limit (estimated before the call, corrected by the reported usage)."""
+    """Client-side token rate limit (estimated before the call, corrected by the reported usage); None: the
+    endpoint's ``x-ratelimit-limit-tokens`` header, if any."""
     samples: int = Field(default=1, ge=1, le=15)
     """Judge each evaluation this many times; median score per dimension, applicability by majority."""
     context_token_budget: int = 12_000

@@ -340,12 +340,15 @@ def test_a_hang_past_the_timeout_raises_timeout_and_does_not_hang() -> None:
     assert sample(metrics, "rubric_monitor_judge_retries_total", model=MODEL, reason="timeout") == 1
 
 
-def test_unknown_model_is_refused_without_retries() -> None:
+def test_unknown_model_is_a_configuration_failure_not_a_verdict_and_not_retried() -> None:
     not_found = error(404, "The model `nope` does not exist", "model_not_found")
     with ScriptedOpenAIServer(lambda _: not_found) as server:
-        with pytest.raises(JudgeRefused, match="does not exist"):
-            complete_once(settings_for(server), new_metrics())
+        metrics = new_metrics()
+        with pytest.raises(JudgeError, match="does not exist.*judge.model") as raised:
+            complete_once(settings_for(server), metrics)
+    assert type(raised.value) is JudgeError  # not JudgeRefused: the evaluation stays pending
     assert server.count == 1
+    assert requests_with(metrics, "error") == 1
 
 
 # -- credentials ---------------------------------------------------------------------------------------------
@@ -434,10 +437,11 @@ def test_json_object_mode_carries_the_schema_in_the_instructions() -> None:
     assert "JSON" in last["messages"][0]["content"]
 
 
-def test_a_forced_mode_is_not_abandoned() -> None:
+def test_a_forced_mode_is_not_abandoned_and_the_error_names_the_setting() -> None:
     with ScriptedOpenAIServer(lambda _: error(400, "json_schema is not supported")) as server:
-        with pytest.raises(JudgeRefused, match="json_schema"):
+        with pytest.raises(JudgeError, match="judge.response_mode json_schema") as raised:
             complete_once(settings_for(server, response_mode="json_schema"), new_metrics())
+    assert type(raised.value) is JudgeError
     assert server.count == 1
 
 

@@ -13,6 +13,13 @@ Decisions worth knowing:
 - **Refusals.** A ``message.refusal`` or a ``content_filter`` finish raises ``JudgeModelRefused`` (a
   ``JudgeRefused``) carrying the reply, so the evaluation is unscored with the model's own words and without a
   pointless second ask, while its tokens and cost remain visible (``exc.reply``).
+- **Throughput.** At most ``concurrency`` calls in flight, evenly spaced by the limiter at
+  ``requests_per_minute`` / ``tokens_per_minute``. A limit the settings leave open is taken from the endpoint's
+  ``x-ratelimit-limit-*`` headers, or, when it announces none, found from its 429s (AIMD). A 429 pauses every
+  caller for its ``Retry-After``; 5xx and timeouts back off with jitter; ``max_retries`` bounds both.
+- **Final or not.** ``JudgeRefused`` means "about this conversation, asking again gets the same": the model
+  refused, a content filter, a context too long. An endpoint that rejects every request (404, an unsupported
+  forced ``response_mode``) raises a plain ``JudgeError`` (outcome ``error``), which the pipeline retries later.
 - **Credentials.** A 401/403 (or an Entra ID credential that cannot produce a token) logs one line, sets
   ``rubric_monitor_judge_up`` to 0 and makes every later call fail fast with ``JudgeAuthError``, without a
   request, until ``auth_reprobe_seconds`` have passed; then a single call tries the credential again.
@@ -338,8 +345,9 @@ class OpenAIJudge:
             except _Adapted as exc:
                 adaptations += 1
                 if adaptations > _MAX_ADAPTATIONS:
+                    # The endpoint, not this conversation, is at fault: not a final answer (see below).
                     message = f"judge model {model}: endpoint refused every request shape: {exc}"
-                    raise JudgeRefused(message) from exc
+                    raise JudgeError(message) from exc
             except _Retryable as signal:
                 wait = self._retry_wait(signal, retries)
                 if signal.reason == "rate_limited":
@@ -461,7 +469,10 @@ class OpenAIJudge:
             final = JudgeUnavailable(f"judge model {model}: endpoint failing past "
                                      f"{self._settings.max_retries} retries ({detail})")
             return _Retryable("server_error", retry_after_seconds(exc.response.headers), final)
-        return JudgeRefused(f"judge model {model} (sent as {call.arguments['model']!r}): {detail}")
+        # A 404 or another 4xx says the judge is misconfigured: a plain JudgeError, so the pipeline keeps the
+        # evaluation pending instead of recording a final "refused" for a conversation that did nothing wrong.
+        return JudgeError(f"judge model {model} (sent as {call.arguments['model']!r}): {detail}; check "
+                          "judge.model, judge.base_url or judge.azure_deployment")
 
     def _adapt_or_refuse(
         self, exc: openai.APIStatusError, model: str, call: _Call, state: _ModelState, detail: str
@@ -483,6 +494,9 @@ class OpenAIJudge:
             return _Adapted(detail)
         if self._modes[state.mode_index] != call.mode:
             return _Adapted(detail)  # a concurrent call already moved on; try its mode
+        if len(self._modes) == 1 and call.mode != "prompt":
+            return JudgeError(f"judge model {model}: endpoint refuses judge.response_mode {call.mode} ({detail}); "
+                              "set judge.response_mode: auto to fall back")
         return JudgeRefused(f"judge model {model}: endpoint refused the request in mode {call.mode}: "
                             f"{detail}")
 
