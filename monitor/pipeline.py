@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 from monitor.assemble import assemble
 from monitor.errors import JudgeError, JudgeUnavailable, SourceError, StoreError
-from monitor.evaluators.base import EvaluationContext, Evaluator
+from monitor.evaluators.base import EvaluationContext, Evaluator, JudgeUsage, unscored_result
 from monitor.metrics import MonitorMetrics
 from monitor.models import Conversation, EvaluationResult, utc_now
 from monitor.sampling import is_sampled
@@ -244,7 +244,9 @@ class Pipeline:
                 self._skip(report, rubric.name, "judge_unavailable")
                 self._note_failure(report, "judge", exc)
                 return False
-            results = [_unscored(conversation, rubric, self.context, f"judge_error: {type(exc).outcome}: {exc}")]
+            problem = f"judge_error: {type(exc).outcome}: {exc}"
+            results = [unscored_result(conversation, rubric, self.context, None, JudgeUsage(), problem,
+                                       f"Unscored: {problem}")]
         except JudgeError as exc:
             # A refused credential, a spent quota, a misconfigured endpoint: not the conversation's fault, so it
             # waits, however long that lasts.
@@ -329,11 +331,3 @@ def _one_conversation(key: str, conversations: Sequence[Conversation]) -> Conver
         "last_activity_at": ordered[-1].last_activity_at,
     })
 
-
-def _unscored(conversation: Conversation, rubric: Any, context: EvaluationContext, reason: str) -> EvaluationResult:
-    return EvaluationResult(
-        conversation_id=conversation.id, trace_ids=conversation.trace_ids, agent=conversation.agent,
-        rubric=rubric.name, rubric_version=rubric.version or "", rubric_kind=rubric.kind,
-        judge_model=rubric.judge_model or context.judge.model, outcome="unscored", unscored_reason=reason,
-        reason=f"Unscored: {reason}",
-    )

@@ -18,19 +18,25 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from monitor.evaluators.base import EvaluationContext, InvalidReply, JudgeUsage, ask_judge, system_and_user
+from monitor.evaluators.base import (
+    EvaluationContext,
+    InvalidReply,
+    JudgeUsage,
+    ask_judge,
+    result_fields,
+    system_and_user,
+    unscored_result,
+)
 from monitor.evaluators.item_cache import GeneratedItems, InMemoryItemCache, ItemCache, RubricItem
 from monitor.evaluators.views import (
     Target,
-    escape_data,
+    judge_each_reply,
     output_budget,
-    result_fields,
-    targets,
     user_requests,
     view,
 )
 from monitor.judge.base import JudgeRequest
-from monitor.judge.render import render_conversation
+from monitor.judge.render import escape_data, render_conversation
 from monitor.models import Conversation, EvaluationResult
 from monitor.rubrics.builtin import (
     BUILTIN_METRICS,
@@ -173,11 +179,9 @@ class AdaptiveEvaluator:
     async def evaluate(
         self, conversation: Conversation, rubric: AdaptiveRubric, context: EvaluationContext
     ) -> list[EvaluationResult]:
-        units = targets(conversation, rubric.evaluation_level)
-        if not units:
-            return [_unscored(conversation, rubric, context, None, JudgeUsage(), "no_response",
-                              "The agent gave no reply with text to judge.")]
-        return [await self._evaluate_target(conversation, rubric, context, unit) for unit in units]
+        return await judge_each_reply(
+            conversation, rubric, context, lambda target: self._evaluate_target(conversation, rubric, context, target)
+        )
 
     async def _evaluate_target(
         self, conversation: Conversation, rubric: AdaptiveRubric, context: EvaluationContext, target: Target
@@ -188,7 +192,8 @@ class AdaptiveEvaluator:
         if generated is None:
             reason = ("The conversation has no user request to write items for." if problem == "no_request"
                       else f"Unscored: item generation failed: {problem}")
-            return _unscored(conversation, rubric, context, target, usage, problem or "no_items", reason)
+            return unscored_result(conversation, rubric, context, target.turn_index, usage,
+                                   problem or "no_items", reason)
         settings = context.settings
         rendered = render_conversation(
             view(target, metric.view), settings.context_token_budget, settings.tool_result_max_chars
@@ -214,7 +219,7 @@ class AdaptiveEvaluator:
             else:
                 problem = asked.error
         if not samples:
-            return _unscored(conversation, rubric, context, target, usage, problem or "no_reply",
+            return unscored_result(conversation, rubric, context, target.turn_index, usage, problem or "no_reply",
                              f"Unscored: validation failed: {problem}", rendered.truncated)
         rows: list[dict[str, Any]] = []
         for item in generated.items:
@@ -242,7 +247,7 @@ class AdaptiveEvaluator:
             reason=_reason(rows),
             details=details,
             **result_fields(
-                conversation, rubric, rubric.pass_threshold, context, target, usage, rendered.truncated
+                conversation, rubric, rubric.pass_threshold, context, target.turn_index, usage, rendered.truncated
             ),
         )
 
@@ -370,18 +375,3 @@ def _reason(rows: list[dict[str, Any]]) -> str:
     more = f"; and {len(failed) - 3} more" if len(failed) > 3 else ""
     return f"{head} Failed: {shown}{more}"
 
-
-def _unscored(
-    conversation: Conversation,
-    rubric: AdaptiveRubric,
-    context: EvaluationContext,
-    target: Target | None,
-    usage: JudgeUsage,
-    problem: str,
-    reason: str,
-    truncated: bool = False,
-) -> EvaluationResult:
-    return EvaluationResult(
-        outcome="unscored", unscored_reason=problem, reason=reason,
-        **result_fields(conversation, rubric, rubric.pass_threshold, context, target, usage, truncated),
-    )

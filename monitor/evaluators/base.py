@@ -18,6 +18,7 @@ from typing import Any, Generic, Protocol, TypeVar
 from monitor.errors import JudgeError, JudgeRefused
 from monitor.judge.base import ChatMessage, Judge, JudgeReply, JudgeRequest
 from monitor.models import Conversation, EvaluationResult
+from monitor.rubrics.base import RubricBase
 from monitor.settings import JudgeSettings
 
 T = TypeVar("T")
@@ -116,6 +117,55 @@ async def ask_judge(
             problem = str(exc) or type(exc).__name__
             judge.record_invalid_reply(request.model)
     return Asked(None, f"invalid_reply: {problem}")
+
+
+def result_fields(
+    conversation: Conversation,
+    rubric: RubricBase,
+    threshold: float | None,
+    context: EvaluationContext,
+    turn_index: int | None,
+    usage: JudgeUsage,
+    truncated: bool = False,
+) -> dict[str, Any]:
+    """The fields every result carries whatever its kind: identity, cost, and the audit trail when it is kept."""
+    return {
+        "conversation_id": conversation.id,
+        "trace_ids": conversation.trace_ids,
+        "agent": conversation.agent,
+        "rubric": rubric.name,
+        "rubric_version": rubric.version or "",
+        "rubric_kind": str(getattr(rubric, "kind", "")),
+        "turn_index": turn_index,
+        "judge_model": rubric.judge_model or context.judge.model,
+        "threshold": threshold,
+        "judge_calls": usage.calls,
+        "input_tokens": usage.input_tokens,
+        "output_tokens": usage.output_tokens,
+        "cost_usd": usage.cost_usd,
+        "response_mode": usage.mode,
+        "context_truncated": truncated or conversation.truncated,
+        "prompt": usage.prompts[-1] if usage.prompts and context.store_content else None,
+        "raw_reply": "\n---\n".join(usage.replies) if usage.replies and context.store_content else None,
+    }
+
+
+def unscored_result(
+    conversation: Conversation,
+    rubric: RubricBase,
+    context: EvaluationContext,
+    turn_index: int | None,
+    usage: JudgeUsage,
+    problem: str,
+    reason: str,
+    truncated: bool = False,
+) -> EvaluationResult:
+    """A result that records why there is no verdict (``unscored_reason``), never a made-up low score."""
+    threshold = getattr(rubric, "pass_threshold", None)
+    return EvaluationResult(
+        outcome="unscored", unscored_reason=problem, reason=reason,
+        **result_fields(conversation, rubric, threshold, context, turn_index, usage, truncated),
+    )
 
 
 def system_and_user(system: str, user: str) -> tuple[ChatMessage, ...]:

@@ -24,11 +24,19 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from monitor.evaluators.base import EvaluationContext, InvalidReply, JudgeUsage, ask_judge, system_and_user
+from monitor.evaluators.base import (
+    EvaluationContext,
+    InvalidReply,
+    JudgeUsage,
+    ask_judge,
+    result_fields,
+    system_and_user,
+    unscored_result,
+)
 from monitor.evaluators.prompts import DATA_NOTICE
-from monitor.evaluators.views import Target, escape_data, output_budget, result_fields, targets, view
+from monitor.evaluators.views import Target, judge_each_reply, output_budget, view
 from monitor.judge.base import JudgeRequest
-from monitor.judge.render import RenderedConversation, estimate_tokens, render_conversation
+from monitor.judge.render import RenderedConversation, escape_data, estimate_tokens, render_conversation
 from monitor.models import Conversation, EvaluationResult
 from monitor.rubrics.builtin import flow
 from monitor.rubrics.kinds import StaticMetricRubric
@@ -301,11 +309,9 @@ class StaticMetricEvaluator:
     async def evaluate(
         self, conversation: Conversation, rubric: StaticMetricRubric, context: EvaluationContext
     ) -> list[EvaluationResult]:
-        units = targets(conversation, rubric.evaluation_level)
-        if not units:
-            return [self._unscored(conversation, rubric, context, None, JudgeUsage(), "no_response",
-                                   "The agent gave no reply with text to judge.")]
-        return [await self._evaluate_target(conversation, rubric, context, unit) for unit in units]
+        return await judge_each_reply(
+            conversation, rubric, context, lambda target: self._evaluate_target(conversation, rubric, context, target)
+        )
 
     async def _evaluate_target(
         self,
@@ -316,7 +322,7 @@ class StaticMetricEvaluator:
     ) -> EvaluationResult:
         usage = JudgeUsage()
         if rubric.kind == "final_response_match" and not (conversation.reference or "").strip():
-            return self._unscored(conversation, rubric, context, target, usage, "no_reference",
+            return unscored_result(conversation, rubric, context, target.turn_index, usage, "no_reference",
                                   "No reference answer to compare with.")
         question = _question(rubric, target, context, conversation.reference or "")
         request = JudgeRequest(
@@ -330,7 +336,7 @@ class StaticMetricEvaluator:
         )
         asked = await ask_judge(context.judge, request, question.parse, usage)
         if asked.value is None:
-            return self._unscored(conversation, rubric, context, target, usage, asked.error or "no_reply",
+            return unscored_result(conversation, rubric, context, target.turn_index, usage, asked.error or "no_reply",
                                   f"Unscored: {asked.error}", question.rendered.truncated)
         verdict = asked.value
         return EvaluationResult(
@@ -338,25 +344,10 @@ class StaticMetricEvaluator:
             score=verdict.score,
             reason=verdict.reason,
             details=verdict.details,
-            **result_fields(conversation, rubric, rubric.pass_threshold, context, target, usage,
+            **result_fields(conversation, rubric, rubric.pass_threshold, context, target.turn_index, usage,
                             question.rendered.truncated),
         )
 
-    @staticmethod
-    def _unscored(
-        conversation: Conversation,
-        rubric: StaticMetricRubric,
-        context: EvaluationContext,
-        target: Target | None,
-        usage: JudgeUsage,
-        problem: str,
-        reason: str,
-        truncated: bool = False,
-    ) -> EvaluationResult:
-        return EvaluationResult(
-            outcome="unscored", unscored_reason=problem, reason=reason,
-            **result_fields(conversation, rubric, rubric.pass_threshold, context, target, usage, truncated),
-        )
 
 
 def _render(conversation: Conversation, context: EvaluationContext) -> RenderedConversation:

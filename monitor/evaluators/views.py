@@ -7,11 +7,12 @@ up to it. Messages that only call tools are steps of a turn, not replies.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from monitor.evaluators.base import EvaluationContext, JudgeUsage
-from monitor.models import Conversation, Message
+from monitor.evaluators.base import EvaluationContext, JudgeUsage, unscored_result
+from monitor.models import Conversation, EvaluationResult, Message
 from monitor.rubrics.base import RubricBase
 from monitor.rubrics.builtin import RequestScope, TraceView
 
@@ -29,6 +30,20 @@ class Target:
     @property
     def response(self) -> Message:
         return self.conversation.messages[self.response_index]
+
+
+async def judge_each_reply(
+    conversation: Conversation,
+    rubric: RubricBase,
+    context: EvaluationContext,
+    judge_one: Callable[[Target], Awaitable[EvaluationResult]],
+) -> list[EvaluationResult]:
+    """One result per reply the rubric's level selects; unscored when the agent never replied with text."""
+    units = targets(conversation, getattr(rubric, "evaluation_level", "conversation"))
+    if not units:
+        return [unscored_result(conversation, rubric, context, None, JudgeUsage(), "no_response",
+                                "The agent gave no reply with text to judge.")]
+    return [await judge_one(unit) for unit in units]
 
 
 def reply_indices(conversation: Conversation) -> list[int]:
@@ -84,43 +99,6 @@ def view(target: Target, kind: TraceView) -> Conversation:
         return conversation.model_copy(update={**bare, "messages": kept})
     dialogue = tuple(_text_only(m) for m in messages if m.role in ("user", "assistant") and m.text.strip())
     return conversation.model_copy(update={**bare, "messages": dialogue})
-
-
-def escape_data(text: str) -> str:
-    """Escape ``<`` and ``>`` so that data cannot close the tag it is enclosed in and speak to the judge."""
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-
-
-def result_fields(
-    conversation: Conversation,
-    rubric: RubricBase,
-    threshold: float,
-    context: EvaluationContext,
-    target: Target | None,
-    usage: JudgeUsage,
-    truncated: bool = False,
-) -> dict[str, Any]:
-    """The fields every Vertex-style result carries: identity, cost, and the audit trail when it is kept."""
-    kind: str = getattr(rubric, "kind", "")
-    return {
-        "conversation_id": conversation.id,
-        "trace_ids": conversation.trace_ids,
-        "agent": conversation.agent,
-        "rubric": rubric.name,
-        "rubric_version": rubric.version or "",
-        "rubric_kind": kind,
-        "turn_index": target.turn_index if target else None,
-        "judge_model": rubric.judge_model or context.judge.model,
-        "threshold": threshold,
-        "judge_calls": usage.calls,
-        "input_tokens": usage.input_tokens,
-        "output_tokens": usage.output_tokens,
-        "cost_usd": usage.cost_usd,
-        "response_mode": usage.mode,
-        "context_truncated": truncated or conversation.truncated,
-        "prompt": usage.prompts[-1] if usage.prompts and context.store_content else None,
-        "raw_reply": "\n---\n".join(usage.replies) if usage.replies and context.store_content else None,
-    }
 
 
 def output_budget(context: EvaluationContext, needed: int) -> int:

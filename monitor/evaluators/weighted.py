@@ -18,7 +18,9 @@ from monitor.evaluators.base import (
     InvalidReply,
     JudgeUsage,
     ask_judge,
+    result_fields,
     system_and_user,
+    unscored_result,
 )
 from monitor.evaluators.cache import VerdictCache
 from monitor.evaluators.prompts import TURN_FOCUS, WEIGHTED_INSTRUCTIONS
@@ -205,28 +207,11 @@ class WeightedEvaluator:
                     samples.append(asked.value)
                 else:
                     problem = asked.error
-        base = dict(
-            conversation_id=conversation.id,
-            trace_ids=conversation.trace_ids,
-            agent=conversation.agent,
-            rubric=rubric.name,
-            rubric_version=rubric.version or "",
-            rubric_kind=rubric.kind,
-            turn_index=turn,
-            judge_model=model,
-            threshold=rubric.pass_threshold,
-            judge_calls=usage.calls,
-            input_tokens=usage.input_tokens,
-            output_tokens=usage.output_tokens,
-            cost_usd=usage.cost_usd,
-            response_mode=usage.mode,
-            context_truncated=rendered.truncated or conversation.truncated,
-            prompt=usage.prompts[-1] if usage.prompts and context.store_content else None,
-            raw_reply="\n---\n".join(usage.replies) if usage.replies and context.store_content else None,
-        )
+        base = result_fields(conversation, rubric, rubric.pass_threshold, context, turn, usage,
+                             rendered.truncated)
         if not samples:
-            return EvaluationResult(outcome="unscored", unscored_reason=problem or "no_reply",
-                                    reason=f"Unscored: {problem}", **base)
+            return unscored_result(conversation, rubric, context, turn, usage, problem or "no_reply",
+                                   f"Unscored: {problem}", rendered.truncated)
         dimensions = combine_samples(samples)
         if cached is None:
             self._cache.put(cache_key, dimensions)

@@ -57,12 +57,13 @@ def estimate_tokens(text: str) -> int:
     return len(text) // 4 + 1
 
 
-def _escape(text: str) -> str:
+def escape_data(text: str) -> str:
+    """Escape ``<`` and ``>`` so that data cannot close the tag it is enclosed in and speak to the judge."""
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def _attr(text: str) -> str:
-    return _escape(text).replace('"', "&quot;")
+    return escape_data(text).replace('"', "&quot;")
 
 
 def _dumps(value: Any) -> str:
@@ -104,7 +105,7 @@ class _Block:
 
 def _render_part_text(content: str, limits: _Limits) -> tuple[str, int]:
     text, cut = _cut_middle(content, limits.text_chars)
-    return _escape(text), int(cut)
+    return escape_data(text), int(cut)
 
 
 def _render_message(index: int, message: Message, limits: _Limits) -> tuple[str, int]:
@@ -118,19 +119,19 @@ def _render_message(index: int, message: Message, limits: _Limits) -> tuple[str,
             arguments, cut_flag = _cut_middle(_dumps(part.arguments), limits.text_chars)
             cut = int(cut_flag)
             body.append(f'<tool_call id="{_attr(part.id or "")}" name="{_attr(part.name or "")}">'
-                        f"{_escape(arguments)}</tool_call>")
+                        f"{escape_data(arguments)}</tool_call>")
         elif part.type == "tool_call_response":
             cap = min(limits.tool_result_chars, limits.text_chars or limits.tool_result_chars)
             result, cut_flag = _cut_middle(_dumps(part.response), cap)
             cut = int(cut_flag)
-            body.append(f'<tool_result id="{_attr(part.id or "")}">{_escape(result)}</tool_result>')
+            body.append(f'<tool_result id="{_attr(part.id or "")}">{escape_data(result)}</tool_result>')
         elif part.type == "reasoning" and part.content:
             text, cut = _render_part_text(part.content, limits)
             body.append(f"<reasoning>{text}</reasoning>")
         else:
             data, cut_flag = _cut_middle(_dumps(part.data), limits.text_chars)
             cut = int(cut_flag)
-            body.append(f'<part type="{_attr(part.type)}">{_escape(data)}</part>')
+            body.append(f'<part type="{_attr(part.type)}">{escape_data(data)}</part>')
         cuts += cut
     text = f'<turn index="{index}" role="{_attr(message.role)}">\n' + "\n".join(body) + "\n</turn>"
     return text, cuts
@@ -151,7 +152,7 @@ def _render_head(conversation: Conversation, budget_tokens: int) -> _Head:
     if conversation.system_instructions:
         instructions, cut = _cut_middle(conversation.system_instructions, budget_chars // _HEAD_SHARE)
         head.cuts += int(cut)
-        head.lines.append(f"<system_instructions>\n{_escape(instructions)}\n</system_instructions>")
+        head.lines.append(f"<system_instructions>\n{escape_data(instructions)}\n</system_instructions>")
     if conversation.tool_definitions:
         head.lines.append(_render_tools(conversation, budget_chars // (2 * _HEAD_SHARE), head))
     return head
@@ -161,12 +162,12 @@ def _render_tools(conversation: Conversation, max_chars: int, head: _Head) -> st
     tools = [t.model_dump(exclude_none=True) for t in conversation.tool_definitions]
     full = _dumps(tools)
     if len(full) <= max_chars:
-        return f"<tool_definitions>\n{_escape(full)}\n</tool_definitions>"
+        return f"<tool_definitions>\n{escape_data(full)}\n</tool_definitions>"
     # Names and descriptions tell the judge what the agent could do; parameter schemas are the first to go.
     head.cuts += 1
     brief = _dumps([{k: v for k, v in t.items() if k in ("name", "description")} for t in tools])
     brief, _ = _cut_middle(brief, max_chars)
-    return f'<tool_definitions parameters="omitted">\n{_escape(brief)}\n</tool_definitions>'
+    return f'<tool_definitions parameters="omitted">\n{escape_data(brief)}\n</tool_definitions>'
 
 
 def _omission(blocks: Sequence[_Block]) -> str:
@@ -180,7 +181,7 @@ def _omission(blocks: Sequence[_Block]) -> str:
         more = "" if len(calls) <= _TOOL_NAMES_LISTED else f" and {len(calls) - _TOOL_NAMES_LISTED} more"
         note += f"; tools called in them: {listed}{more}"
     return (f'<omitted turns="{span}" count="{len(blocks)}" tool_calls="{sum(calls.values())}">'
-            f"{_escape(note)}</omitted>")
+            f"{escape_data(note)}</omitted>")
 
 
 def _select(blocks: list[_Block], pinned: set[int], available: int) -> list[_Block]:

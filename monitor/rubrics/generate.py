@@ -26,7 +26,7 @@ import yaml
 from monitor.errors import ConfigError, MonitorError
 from monitor.evaluators.base import InvalidReply, JudgeUsage, ask_judge, system_and_user
 from monitor.judge.base import Judge, JudgeRequest
-from monitor.judge.render import render_conversation
+from monitor.judge.render import escape_data, render_conversation
 from monitor.models import Conversation
 from monitor.rubrics.builtin import flow
 from monitor.rubrics.loader import load_rubric_text
@@ -228,10 +228,6 @@ def parse_proposal(reply: Any, category: Category) -> Proposal:
 # -- the prompt -------------------------------------------------------------------------------------------
 
 
-def _escape(text: str) -> str:
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-
-
 def _cut(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[:limit] + f"\n[... {len(text) - limit} characters cut]"
 
@@ -243,8 +239,8 @@ def _reference_blocks(files: Sequence[Path]) -> list[str]:
             text = path.read_text(encoding="utf-8", errors="replace")
         except OSError as exc:
             raise ConfigError(str(path), None, f"cannot read reference file: {exc.strerror}") from exc
-        body = _escape(_cut(text, REFERENCE_MAX_CHARS))
-        blocks.append(f'<reference_file name="{_escape(path.name)}">\n{body}\n</reference_file>')
+        body = escape_data(_cut(text, REFERENCE_MAX_CHARS))
+        blocks.append(f'<reference_file name="{escape_data(path.name)}">\n{body}\n</reference_file>')
     return blocks
 
 
@@ -287,7 +283,7 @@ def build_prompt(
         system += "\n" + SAFETY_FOCUS
     blocks: list[str] = []
     if sources.instructions and sources.instructions.strip():
-        blocks.append(f"<agent_instructions>\n{_escape(sources.instructions.strip())}\n</agent_instructions>")
+        blocks.append(f"<agent_instructions>\n{escape_data(sources.instructions.strip())}\n</agent_instructions>")
     blocks += _reference_blocks(sources.reference_files)
     conversations = sample_conversations(sources)
     if conversations:
@@ -298,8 +294,8 @@ def build_prompt(
     if previous is not None:
         system += "\n" + PREVIOUS_RUBRIC_NOTE
         shown = [d.model_dump() for d in previous.dimensions if d.id not in RESIDUAL_IDS]
-        blocks.append(f"<previous_rubric version=\"{_escape(previous.version or '')}\">\n"
-                      f"{_escape(json.dumps(shown, ensure_ascii=False, indent=1))}\n</previous_rubric>")
+        blocks.append(f"<previous_rubric version=\"{escape_data(previous.version or '')}\">\n"
+                      f"{escape_data(json.dumps(shown, ensure_ascii=False, indent=1))}\n</previous_rubric>")
     return system, "\n".join(blocks), len(conversations)
 
 
