@@ -18,7 +18,7 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import REPO, require_binary
-from tests.fakes.openai_server import ScriptedOpenAIServer
+from tests.fakes.openai_server import Recorded, Reply, ScriptedOpenAIServer
 from tests.helpers import SEED_PASS_SCORES, judge_config, verdict, write_config
 
 
@@ -125,3 +125,34 @@ def test_daemon_scores_exports_stops_and_resumes_without_rejudging(tmp_path: Pat
             assert all(value == 1.0 for _, value in samples(text, "rubric_monitor_pass_rate"))
         finally:
             assert restarted.stop() == 0, restarted.log.read_text()[-3000:]
+
+
+def test_sigterm_lets_the_evaluations_in_flight_finish_and_be_recorded(tmp_path: Path) -> None:
+    import sqlite3
+
+    shutil.copytree(REPO / "examples" / "traces", tmp_path / "traces")
+    shutil.copytree(REPO / "examples" / "rubrics", tmp_path / "rubrics")
+    port = free_port()
+
+    def slow_verdict(request: Recorded) -> Reply:
+        reply = verdict(request, SEED_PASS_SCORES)
+        reply.delay = 2.0
+        return reply
+
+    with ScriptedOpenAIServer(slow_verdict) as judge:
+        config = write_config(tmp_path / "config.yaml", judge_config(
+            judge.base_url,
+            interval_seconds=60,
+            source={"kind": "otlp_file", "path": str(tmp_path / "traces")},
+            rubrics={"directory": str(tmp_path / "rubrics")},
+            store={"url": f"sqlite:///{tmp_path / 'results.db'}"},
+            metrics={"host": "127.0.0.1", "port": port},
+            judge={"concurrency": 1},
+        ))
+        daemon = Daemon(config, tmp_path, port)
+        wait_for(lambda: judge.count >= 1, 60, "the first judge call to be in flight")
+        assert daemon.stop() == 0, daemon.log.read_text()[-3000:]
+        in_flight = judge.count
+    rows = sqlite3.connect(tmp_path / "results.db").execute("select conversation_id from results").fetchall()
+    assert in_flight == 1  # one at a time, and none started after the signal
+    assert len(rows) == 1  # the evaluation in flight was recorded before exit
