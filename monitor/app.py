@@ -11,7 +11,6 @@ import threading
 from dataclasses import dataclass
 from datetime import timedelta
 from types import FrameType
-from typing import Any
 
 from prometheus_client import CollectorRegistry
 
@@ -28,6 +27,7 @@ from monitor.metrics import MonitorMetrics, StoredAggregatesCollector
 from monitor.models import utc_now
 from monitor.pipeline import CycleReport, Pipeline
 from monitor.rubrics.registry import RubricRegistry
+from monitor.rubrics.schema import Rubric
 from monitor.settings import JudgeSettings, Settings, SourceSettings, read_secret
 from monitor.sources.base import TraceSource
 from monitor.store.sql import SqlStore
@@ -164,7 +164,7 @@ class _Frozen:
     def refresh(self) -> None:
         return None
 
-    def for_agent(self, agent_name: str | None, agent_id: str | None) -> list[Any]:
+    def for_agent(self, agent_name: str | None, agent_id: str | None) -> list[Rubric]:
         return list(self._registry.for_agent(agent_name, agent_id))
 
 

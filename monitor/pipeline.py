@@ -15,13 +15,14 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import Protocol
 
 from monitor.assemble import assemble
 from monitor.errors import JudgeError, JudgeUnavailable, SourceError, StoreError
 from monitor.evaluators.base import EvaluationContext, Evaluator, JudgeUsage, unscored_result
 from monitor.metrics import MonitorMetrics
 from monitor.models import Conversation, EvaluationResult, utc_now
+from monitor.rubrics.schema import Rubric
 from monitor.sampling import is_sampled
 from monitor.settings import ConversationSettings, JudgeSettings, SamplingSettings
 from monitor.sources.base import TraceSource
@@ -34,9 +35,9 @@ MAX_JUDGE_ATTEMPTS = 3
 
 
 class RubricProvider(Protocol):
-    def refresh(self) -> Any: ...
+    def refresh(self) -> object: ...
 
-    def for_agent(self, agent_name: str | None, agent_id: str | None) -> list[Any]: ...
+    def for_agent(self, agent_name: str | None, agent_id: str | None) -> list[Rubric]: ...
 
 
 @dataclass
@@ -64,7 +65,7 @@ class CycleReport:
 class _Task:
     pending: PendingConversation
     conversation: Conversation
-    rubric: Any
+    rubric: Rubric
 
 
 @dataclass
@@ -157,14 +158,14 @@ class Pipeline:
         cap = self.sampling_settings.max_per_cycle
         for pending, conversation in ready:
             rubrics = self.rubrics.for_agent(conversation.agent_name, conversation.agent_id)
-            sampled = deferred = 0
+            sampled = deferred = already = 0
             for rubric in rubrics:
                 rate = rubric.sampling_rate if rubric.sampling_rate is not None else self.sampling_settings.default_rate
                 if not is_sampled(conversation.id, rate):
                     self._skip(report, rubric.name, "sampled_out")
                     continue
-                if self.store.has_result(conversation.id, rubric.name, rubric.version, pending.revision):
-                    self.metrics.conversations.labels("already_scored").inc()
+                if self.store.has_result(conversation.id, rubric.name, rubric.version or "", pending.revision):
+                    already += 1
                     continue
                 if self._budget_spent(rubric, now):
                     self._skip(report, rubric.name, "budget_exhausted")
@@ -178,13 +179,15 @@ class Pipeline:
                 waiting[pending.key] += 1
             if sampled:
                 self.metrics.conversations.labels("sampled").inc()
+            elif already:
+                self.metrics.conversations.labels("already_scored").inc()
             else:
                 self.metrics.conversations.labels("skipped").inc()
             if not waiting[pending.key] and not deferred:
                 self.store.mark_scored(pending.key, pending.revision)
         return tasks, waiting
 
-    def _budget_spent(self, rubric: Any, now: datetime) -> bool:
+    def _budget_spent(self, rubric: Rubric, now: datetime) -> bool:
         if rubric.daily_budget_tokens is None and rubric.daily_budget_usd is None:
             return False
         tokens, usd = self.store.usage(rubric.name, now.date())
@@ -193,7 +196,7 @@ class Pipeline:
         self._publish_budget(rubric, tokens, usd, spent)
         return spent
 
-    def _publish_budget(self, rubric: Any, tokens: int, usd: float, spent: bool) -> None:
+    def _publish_budget(self, rubric: Rubric, tokens: int, usd: float, spent: bool) -> None:
         if rubric.daily_budget_tokens is not None:
             self.metrics.budget_remaining.labels(rubric.name, "tokens").set(max(0, rubric.daily_budget_tokens - tokens))
         if rubric.daily_budget_usd is not None:
