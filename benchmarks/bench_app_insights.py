@@ -2,10 +2,15 @@
 
 Each slice is a query result exactly as the service sends it (the JSON body of one ``PrimaryResult`` table,
 customDimensions as JSON strings), made before the clock starts. The timed part is what the daemon does with
-it: ``json.loads`` of the body and the ``azure-monitor-query`` client's own table conversion (what
-``query_workspace`` runs after the HTTP call), ``RowReader.read`` (rows → ``SpanRecord``s), then
-``monitor.assemble.assemble`` (spans → conversations). Slices are processed one at a time and dropped, as the
-source does, so peak memory should depend on the slice size and not on the total volume.
+it: the real ``LogsQueryClient.query_workspace`` call, served from memory by a ``requests`` adapter instead of
+the network (the client's pipeline, reading and decoding the body, its result objects), ``RowReader.read``
+(rows → ``SpanRecord``s), then ``monitor.assemble.assemble`` (spans → conversations). Slices are processed
+one at a time and dropped, as the source does, so peak memory should depend on the slice size and not on the
+total volume.
+
+``--path source`` (the default) queries as ``AppInsightsSource`` does, keeping the rows as sent
+(``QueryCapture``); ``--path client`` queries as a stock client call does (the client's generated models and
+``LogsTable`` rows), for comparison.
 
 Workloads:
 - ``compact``: 6 spans per conversation (invoke_agent, 3 chat spans with short histories, 2 execute_tool);
@@ -14,12 +19,14 @@ Workloads:
   every chat span repeats the history, the 6 KB policy and the tool definitions: rows average 12.6 KB.
 
     python benchmarks/bench_app_insights.py --workload compact --spans 1000000
+    python benchmarks/bench_app_insights.py --workload compact --path client
     python benchmarks/bench_app_insights.py --report   # the BENCHMARKS.md table, each run in a subprocess
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import resource
@@ -35,11 +42,14 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from azure.monitor.query import LogsQueryResult  # noqa: E402
+import requests  # noqa: E402
+from azure.core.credentials import AccessToken  # noqa: E402
+from azure.core.pipeline.transport import RequestsTransport  # noqa: E402
+from azure.monitor.query import LogsQueryClient, LogsTable  # noqa: E402
 
 from monitor.assemble import assemble  # noqa: E402
 from monitor.models import SpanRecord  # noqa: E402
-from monitor.sources.app_insights import RowReader  # noqa: E402
+from monitor.sources.app_insights import READ_BLOCK_BYTES, QueryCapture, ResultTable, RowReader  # noqa: E402
 from monitor.sources.kql import WORKSPACE, Window  # noqa: E402
 from tools.spans_to_app_insights import TABLE_COLUMNS, spans_to_rows  # noqa: E402
 
@@ -236,24 +246,76 @@ def slices(blueprints: list[Template], total_rows: int, slice_rows: int) -> Iter
         yield ('{"tables":[' + head[:-1] + ',"rows":[' + ",".join(chunks) + "]}]}").encode(), rows
 
 
+class _Body(io.BytesIO):
+    enforce_content_length = False  # urllib3's attribute, which azure-core sets on every response
+
+
+class MemoryAdapter(requests.adapters.BaseAdapter):
+    """Answers every request with ``body``: the client does all its work except the network."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = b""
+
+    def send(self, request: requests.PreparedRequest, **kwargs: Any) -> requests.Response:
+        response = requests.Response()
+        response.status_code = 200
+        response.headers["Content-Type"] = "application/json; charset=utf-8"
+        response.raw = _Body(self.body)
+        response.url = request.url or ""
+        response.request = request
+        return response
+
+    def close(self) -> None:
+        pass
+
+
+class _Credential:
+    def get_token(self, *scopes: str, **kwargs: Any) -> AccessToken:
+        return AccessToken("bench", 2**31)
+
+
+def memory_client() -> tuple[LogsQueryClient, MemoryAdapter]:
+    adapter = MemoryAdapter()
+    session = requests.Session()
+    session.mount("https://", adapter)
+    client = LogsQueryClient(_Credential(), endpoint="https://bench.invalid",  # type: ignore[arg-type]
+                             transport=RequestsTransport(session=session,
+                                                         connection_data_block_size=READ_BLOCK_BYTES))
+    return client, adapter
+
+
+def query(client: LogsQueryClient, path: str) -> LogsTable | ResultTable:
+    """The result table, fetched as ``AppInsightsSource._query`` does, or as a stock client call does."""
+    if path == "client":
+        return client.query_workspace("bench", "bench", timespan=None).tables[0]
+    capture = QueryCapture()
+    result = client.query_workspace("bench", "bench", timespan=None, **capture.options())
+    table = capture.primary(result.tables)
+    assert table is not None
+    return table
+
+
 def rss_mib() -> float:
     with open("/proc/self/statm", encoding="ascii") as handle:
         return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
-def run(workload: str, total_rows: int, slice_rows: int) -> dict[str, Any]:
+def run(workload: str, total_rows: int, slice_rows: int, path: str = "source") -> dict[str, Any]:
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})  # one core
     blueprints = templates(workload)
     reader = RowReader(WORKSPACE)
+    client, adapter = memory_client()
     window = Window(T0 - timedelta(days=1), T0 + timedelta(days=1))
     baseline = rss_mib()
     timings = {"parse": 0.0, "read": 0.0, "assemble": 0.0}
     rows = spans = conversations = wire_bytes = 0
     for body, _ in slices(blueprints, total_rows, slice_rows):
         wire_bytes += len(body)
+        adapter.body = body
         started = time.process_time()
-        table = LogsQueryResult._from_generated(json.loads(body)).tables[0]  # what query_workspace does
+        table = query(client, path)
         parsed = time.process_time()
         read = reader.read(table, window)
         converted = time.process_time()
@@ -266,9 +328,11 @@ def run(workload: str, total_rows: int, slice_rows: int) -> dict[str, Any]:
         spans += len(read.spans)
         conversations += len(assembly.conversations)
         del body, table, read, assembly
+        adapter.body = b""
     total = sum(timings.values())
     return {
         "workload": workload,
+        "path": path,
         "rows": rows,
         "spans": spans,
         "conversations": conversations,
@@ -286,21 +350,23 @@ def run(workload: str, total_rows: int, slice_rows: int) -> dict[str, Any]:
 
 
 REPORT_RUNS = (
-    ("compact", 100_000, 20_000),
-    ("compact", 1_000_000, 20_000),
-    ("tau", 20_000, 4_000),
-    ("tau", 100_000, 4_000),
+    ("compact", 100_000, 20_000, "client"),
+    ("compact", 100_000, 20_000, "source"),
+    ("compact", 1_000_000, 20_000, "source"),
+    ("tau", 20_000, 4_000, "client"),
+    ("tau", 20_000, 4_000, "source"),
+    ("tau", 100_000, 4_000, "source"),
 )
 
 
 def report() -> int:
     print(
-        "| workload | spans | slice rows | wire MiB | spans/s (rows → conversations) | source stage spans/s "
+        "| workload | path | spans | slice rows | wire MiB | spans/s (rows → conversations) | source stage spans/s "
         "| of which RowReader spans/s | assembly spans/s | conversations/s | RSS before slices MiB "
         "| peak RSS MiB |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for workload, total, per_slice in REPORT_RUNS:
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for workload, total, per_slice, path in REPORT_RUNS:
         # A fresh process per run: ru_maxrss is a process-lifetime peak.
         out = subprocess.run(
             [
@@ -312,6 +378,8 @@ def report() -> int:
                 str(total),
                 "--slice-rows",
                 str(per_slice),
+                "--path",
+                path,
                 "--json",
             ],
             check=True,
@@ -320,7 +388,7 @@ def report() -> int:
         )
         r = json.loads(out.stdout)
         print(
-            f"| {r['workload']} | {r['spans']:,} | {r['slice_rows']:,} | {r['wire_mib']:,} | "
+            f"| {r['workload']} | {r['path']} | {r['spans']:,} | {r['slice_rows']:,} | {r['wire_mib']:,} | "
             f"{r['spans_per_second']:,} | {r['source_spans_per_second']:,} | "
             f"{r['reader_spans_per_second']:,} | {r['assemble_spans_per_second']:,} | "
             f"{r['conversations_per_second']:,} | {r['baseline_rss_mib']} | {r['peak_rss_mib']} |",
@@ -334,12 +402,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workload", choices=["compact", "tau"], default="compact")
     parser.add_argument("--spans", type=int, default=100_000, help="rows to process in total")
     parser.add_argument("--slice-rows", type=int, default=20_000, help="rows per query result")
+    parser.add_argument("--path", choices=["source", "client"], default="source",
+                        help="query as AppInsightsSource does, or as a stock client call does")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.add_argument("--report", action="store_true", help="run the BENCHMARKS.md table")
     args = parser.parse_args(argv)
     if args.report:
         return report()
-    result = run(args.workload, args.spans, args.slice_rows)
+    result = run(args.workload, args.spans, args.slice_rows, args.path)
     print(json.dumps(result) if args.json else json.dumps(result, indent=2))
     return 0
 

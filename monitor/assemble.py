@@ -29,6 +29,8 @@ from monitor.genai import (
     ReadCache,
     SpanContent,
     TimedMessage,
+    cycle_collection_paused,
+    load_json,
     maybe_json_object,
     read_span_content,
 )
@@ -42,6 +44,8 @@ AGENT_OPERATIONS = frozenset({"invoke_agent", "create_agent", "invoke_workflow"}
 EXECUTE_TOOL = "execute_tool"
 _KNOWN_OPERATIONS = TOKEN_OPERATIONS | AGENT_OPERATIONS | {EXECUTE_TOOL, "retrieval"}
 _CONVERSATION_KEYS = ("gen_ai.conversation.id", "gen_ai.thread.id")
+# json.dumps(..., sort_keys=True, default=str, ensure_ascii=False), without building an encoder per call.
+_KEY_ENCODER = json.JSONEncoder(sort_keys=True, default=str, ensure_ascii=False)
 
 SpanKey = tuple[str, str]
 
@@ -55,6 +59,11 @@ class Assembly:
 
 def assemble(spans: Iterable[SpanRecord]) -> Assembly:
     """Conversations of ``spans`` (any mix of traces, with or without event rows), oldest first."""
+    with cycle_collection_paused():
+        return _assemble(spans)
+
+
+def _assemble(spans: Iterable[SpanRecord]) -> Assembly:
     records = _dedupe(spans)
     folded = fold_event_rows(records)
     real_spans = {(r.trace_id, r.span_id) for r in records if r.kind != "event"}
@@ -392,13 +401,13 @@ def message_key(message: Message) -> str:
         [p.type, p.content, p.id, p.name, _normal(p.arguments), _normal(p.response), p.data]
         for p in message.parts
     ]
-    return json.dumps([message.role, parts], sort_keys=True, default=str, ensure_ascii=False)
+    return _KEY_ENCODER.encode([message.role, parts])
 
 
 def _normal(value: Any) -> Any:
     if isinstance(value, str) and value.lstrip().startswith("["):
         try:
-            return json.loads(value)
+            return load_json(value)
         except (json.JSONDecodeError, RecursionError):
             return value
     return maybe_json_object(value)

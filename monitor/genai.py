@@ -13,12 +13,17 @@ array items are salvaged, so a long conversation still shows what survived the c
 
 from __future__ import annotations
 
+import bisect
+import gc
 import json
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Generic, TypeVar
+
+import pydantic_core
 
 from monitor.genai_schema import Generation, SchemaIssue, SchemaName, validate_document, validate_item
 from monitor.models import Message, Part, SpanEvent, SpanRecord, ToolDefinition
@@ -62,6 +67,43 @@ T = TypeVar("T")
 # ---- JSON text -------------------------------------------------------------------------------------------
 
 
+@contextmanager
+def cycle_collection_paused() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector for a bounded burst of allocations that form no cycles.
+
+    Decoding a query result and assembling its conversations allocate hundreds of thousands of containers
+    that stay alive until the batch is done; each time the young generation fills up, the collector walks
+    them again, which costs a fifth of the work. Reference counting still frees everything as usual; the
+    collector runs again at the end. A collector that was already off is left off, so nested and
+    concurrent pauses are harmless.
+    """
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
+def load_json(text: str) -> Any:
+    """``json.loads(text)``, faster.
+
+    pydantic-core's parser is two to three times faster than the standard library's and decodes what it
+    accepts to the same values; it accepts no text that ``json.loads`` rejects, but refuses some that it takes
+    (lone surrogates, nesting past 200 levels). Whatever it refuses goes to ``json.loads``, which decides, so
+    the result and the exception (``json.JSONDecodeError``, ``RecursionError``) are the standard library's.
+    """
+    if isinstance(text, str):
+        try:
+            return pydantic_core.from_json(text, cache_strings="keys")
+        except ValueError:
+            pass
+    return json.loads(text)
+
+
+
 @dataclass(frozen=True)
 class DecodedJson:
     """A decoded JSON text; ``truncated`` when it broke off mid-value, ``error`` when it is not JSON."""
@@ -73,7 +115,7 @@ class DecodedJson:
 
 def decode_json_text(text: str) -> DecodedJson:
     try:
-        return DecodedJson(json.loads(text))
+        return DecodedJson(load_json(text))
     except RecursionError:
         return DecodedJson(error="nested too deeply")
     except json.JSONDecodeError as exc:
@@ -176,6 +218,11 @@ class _ScannedArray:
         decoder would stop at the same place there (a number ``12`` is not a prefix of ``123``).
         """
         low, high = 0, len(self.items)
+        if text.startswith(self.text[:self.ends[-1]]):
+            low = high  # the usual case: the next chat input repeats this one and goes on
+        elif (closing := text.rstrip().rfind("]")) > 0 and self.text.startswith(text[:closing]):
+            # The other usual case: this array (an agent span's whole history) goes on past ``text``.
+            low = high = bisect.bisect_right(self.ends, closing)
         while low < high:
             middle = (low + high + 1) // 2
             if text.startswith(self.text[:self.ends[middle - 1]]):
@@ -191,7 +238,7 @@ def maybe_json_object(value: Any) -> Any:
     """Tool-call arguments often arrive as the provider's JSON string: decode it when it holds an object."""
     if isinstance(value, str) and value.lstrip().startswith("{"):
         try:
-            decoded = json.loads(value)
+            decoded = load_json(value)
         except (json.JSONDecodeError, RecursionError):
             return value
         return decoded if isinstance(decoded, dict) else value

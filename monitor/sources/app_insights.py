@@ -13,16 +13,20 @@ them.
 
 from __future__ import annotations
 
+import codecs
+import dataclasses
 import hashlib
 import json
 import logging
 import os
+import re
 import time
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
 
+import pydantic_core
 from azure.core.credentials import AccessToken, AccessTokenInfo, TokenCredential
 from azure.core.exceptions import (
     AzureError,
@@ -32,10 +36,12 @@ from azure.core.exceptions import (
     ServiceRequestTimeoutError,
     ServiceResponseTimeoutError,
 )
+from azure.core.pipeline import PipelineResponse
 from azure.core.pipeline.policies import RetryPolicy
-from azure.monitor.query import LogsQueryClient, LogsQueryStatus, LogsTable
+from azure.monitor.query import LogsQueryClient, LogsQueryStatus, LogsTable, LogsTableRow
 
 from monitor.errors import ConfigError, SourceAuthError, SourceError, SourceQueryError
+from monitor.genai import cycle_collection_paused, load_json
 from monitor.metrics import MonitorMetrics
 from monitor.models import SpanRecord, as_utc
 from monitor.settings import AppInsightsCredentialSettings, AppInsightsSourceSettings
@@ -63,6 +69,9 @@ _TOKEN_REREAD_SECONDS = 60
 """A token read from a file or the environment is declared valid this long, so the bearer-token policy
 (which refreshes tokens within 5 minutes of expiry) reads it again for every request: rotation just works."""
 _READ_TIMEOUT_MARGIN_SECONDS = 30
+READ_BLOCK_BYTES = 1 << 20
+"""Chunk size for reading response bodies: the transport's default of 4 KiB costs a Python round per chunk
+of results that run to tens of megabytes."""
 _CLOSING = {"[": "]", "{": "}"}
 ZERO = timedelta(0)
 _SMALLEST_SPLIT = timedelta(microseconds=2)
@@ -164,7 +173,7 @@ def _broken_json(value: str) -> bool:
     if len(value) < PROPERTY_CAP:
         return False
     try:
-        json.loads(text)
+        load_json(text)
     except ValueError:
         return True
     return False
@@ -186,6 +195,118 @@ class SliceRows:
     outside: int
 
 
+@dataclass(frozen=True)
+class ResultTable:
+    """One table of a query response with its rows as the service sent them: JSON cells, datetimes as text.
+
+    The client's ``LogsTable`` converts every cell of every row into ``LogsTableRow`` objects (and, before
+    that, its generated models copy the whole body); rows are read here straight from the decoded body
+    instead, converting only the cells the reader uses, exactly as the client would.
+    """
+
+    name: str
+    columns: list[str]
+    column_types: list[str]
+    rows: list[Any]
+
+    @classmethod
+    def of(cls, table: LogsTable, rows: list[Any]) -> ResultTable:
+        """The rows of ``table`` (whose columns the client already read) as sent."""
+        return cls(table.name, list(table.columns), list(table.columns_types), rows)
+
+
+class QueryCapture:
+    """The ``cls`` callback of a ``LogsQueryClient`` query: keeps each table's rows as sent.
+
+    The query runs with ``stream=True`` and ``raw_response_hook=read_body``, so the client skips its own
+    decoding of the body while the body is still read inside the pipeline, under the same retry policy as a
+    buffered response. This callback decodes the body as the client would (``response.json()``) and gives
+    the client the body without rows, from which it builds its result, status and partial error as usual.
+    """
+
+    def __init__(self) -> None:
+        self.rows: list[list[Any]] = []
+
+    def options(self) -> dict[str, Any]:
+        return {"stream": True, "raw_response_hook": read_body, "cls": self}
+
+    def __call__(self, pipeline_response: PipelineResponse[Any, Any], deserialized: Any,
+                 headers: Any) -> Any:
+        return self.take(response_json(pipeline_response.http_response))
+
+    def take(self, body: Any) -> Any:
+        """The decoded ``body`` without rows, keeping the rows."""
+        if not isinstance(body, dict) or not isinstance(body.get("tables") or [], list):
+            raise ValueError(f"the query API sent a {type(body).__name__} body that is not a query result")
+        tables = body.get("tables") or []
+        self.rows = []
+        stripped = []
+        for table in tables:
+            rows = table.get("rows") if isinstance(table, dict) else None
+            if not isinstance(rows, list):
+                raise ValueError("the query API sent a result table without a list of rows")
+            self.rows.append(rows)
+            stripped.append({**table, "rows": []})
+        return {**body, "tables": stripped} if tables else body
+
+    def primary(self, tables: list[LogsTable]) -> ResultTable | None:
+        """The ``PrimaryResult`` table (else the first) of the client's result, with the rows kept."""
+        position = _primary_position(tables)
+        if position is None:
+            return None
+        return ResultTable.of(tables[position], self.rows[position])
+
+
+def read_body(response: PipelineResponse[Any, Any]) -> None:
+    """``raw_response_hook``: load a streamed body inside the pipeline, as a buffered request does."""
+    response.http_response.read()
+
+
+def response_json(response: Any) -> Any:
+    """The body as the client's ``response.json()`` decodes it (``json.JSONDecodeError`` included).
+
+    A UTF-8 body (the service's charset) is parsed as bytes: making a str of tens of megabytes first costs
+    as much as parsing it. Any other charset, a byte-order mark, or a body the fast parser refuses takes
+    the client's own way, text first.
+    """
+    if response.encoding in (None, "utf-8"):
+        content = response.content
+        if content and not content.startswith(codecs.BOM_UTF8):
+            try:
+                return pydantic_core.from_json(content, cache_strings="keys")
+            except ValueError:
+                pass  # invalid UTF-8 is replaced in the client's text, lone surrogates are kept: it decides
+    return load_json(response.text())
+
+
+_WIRE_DATETIME = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{7}Z")
+
+
+def _client_cell(column_type: str, value: Any) -> Any:
+    """A cell converted by the client itself (``LogsTableRow``), for values off the fast paths."""
+    return LogsTableRow(col_types=[column_type], row=[value], row_index=0, columns=["cell"])[0]
+
+
+def _datetime_cell(value: Any) -> Any:
+    # The service writes every datetime as 2026-09-01T10:00:00.1234567Z; the client truncates the seventh
+    # digit and tags the value with UTC, which fromisoformat does several times faster.
+    if isinstance(value, str) and _WIRE_DATETIME.fullmatch(value):
+        try:
+            return datetime.fromisoformat(value[:26]).replace(tzinfo=UTC)
+        except ValueError:
+            pass
+    return _client_cell("datetime", value)
+
+
+def _cell_converter(column_type: str) -> Callable[[Any], Any] | None:
+    """How the client converts a cell of this column type; ``None`` when it leaves the JSON value as is."""
+    if column_type == "datetime":
+        return _datetime_cell
+    if column_type in ("timespan", "guid"):
+        return str
+    return None
+
+
 class RowReader:
     """Reads the query's rows (one layout) into SpanRecords; counts the rows it cannot use, by reason."""
 
@@ -193,7 +314,12 @@ class RowReader:
         self.schema = schema
         self._utc_zones: set[tzinfo] = set()
 
-    def read(self, table: LogsTable, window: Window) -> SliceRows:
+    def read(self, table: LogsTable | ResultTable, window: Window) -> SliceRows:
+        """The spans of ``table``: the client's ``LogsTable``, or a ``ResultTable`` with the rows as sent."""
+        with cycle_collection_paused():
+            return self._read(table, window)
+
+    def _read(self, table: LogsTable | ResultTable, window: Window) -> SliceRows:
         s = self.schema
         index = {name: position for position, name in enumerate(table.columns)}
         missing = [c for c in (s.time, s.item_type, s.operation_id, s.properties) if c not in index]
@@ -201,11 +327,19 @@ class RowReader:
             raise SourceQueryError(f"app_insights: the query result lacks column(s) {', '.join(missing)}; "
                                    "was source.extra_filter changing the projection?")
         cells = _Cells.of(index, s)
+        # Rows as sent still need the client's conversion of the cells read; LogsTable rows had it.
+        converters = self._converters(table, cells) if isinstance(table, ResultTable) else None
+        width = len(index)
         by_id: dict[str, SpanRecord] = {}
         rejected: dict[str, int] = {}
         outside = 0
         for row in table.rows:
+            if converters is not None and (not isinstance(row, list) or len(row) != width):
+                rejected["malformed_row"] = rejected.get("malformed_row", 0) + 1
+                continue
             values = [*row, None]  # absent optional columns point at the trailing None
+            for position, convert in converters or ():
+                values[position] = convert(values[position])
             moment = values[cells.time]
             if not isinstance(moment, datetime):
                 rejected["bad_timestamp"] = rejected.get("bad_timestamp", 0) + 1
@@ -220,6 +354,13 @@ class RowReader:
             else:
                 by_id.setdefault(record.span_id, record)
         return SliceRows(list(by_id.values()), rejected, len(table.rows), outside)
+
+    @staticmethod
+    def _converters(table: ResultTable, cells: _Cells) -> list[tuple[int, Callable[[Any], Any]]]:
+        """The client's conversion of each cell the reader uses, where it changes the JSON value."""
+        used = sorted(set(dataclasses.astuple(cells)) - {len(table.columns)})
+        return [(position, convert) for position in used
+                if (convert := _cell_converter(table.column_types[position])) is not None]
 
     def _utc(self, moment: datetime) -> datetime:
         # The client tags every datetime with isodate's UTC zone; converting through its Python utcoffset()
@@ -327,7 +468,7 @@ def _properties(cell: Any) -> dict[str, Any] | None:
     if isinstance(cell, dict):
         return cell
     try:
-        parsed = json.loads(cell)
+        parsed = load_json(cell)
     except (TypeError, ValueError):
         return None
     if parsed is None:
@@ -468,6 +609,7 @@ class AppInsightsSource:
                 * settings.retry_total,
             ),
             connection_verify=str(settings.ca_bundle) if settings.ca_bundle else True,
+            connection_data_block_size=READ_BLOCK_BYTES,
             read_timeout=read_timeout,
         )
 
@@ -529,18 +671,21 @@ class AppInsightsSource:
             return outcome
         return self._reader.read(outcome, window)
 
-    def _query(self, window: Window) -> LogsTable | _LimitReached | None:
+    def _query(self, window: Window) -> ResultTable | _LimitReached | None:
         """The result table of one window, ``None`` when the service has no data, or the limit it hit."""
         query = build_query(self.settings, self.schema, window)
         timespan = query_timespan(self.settings, window)
+        capture = QueryCapture()
         started = time.perf_counter()
         try:
             if self.settings.workspace_id:
                 result = self._client.query_workspace(self.settings.workspace_id, query, timespan=timespan,
-                                                      server_timeout=self.settings.server_timeout_seconds)
+                                                      server_timeout=self.settings.server_timeout_seconds,
+                                                      **capture.options())
             else:
                 result = self._client.query_resource(str(self.settings.resource_id), query, timespan=timespan,
-                                                     server_timeout=self.settings.server_timeout_seconds)
+                                                     server_timeout=self.settings.server_timeout_seconds,
+                                                     **capture.options())
         except json.JSONDecodeError:
             return None  # 204 No Content: the client cannot parse the empty body; there is no data
         except (AzureError, ValueError, OSError) as exc:
@@ -555,7 +700,7 @@ class AppInsightsSource:
             raise _kind(SourceError(f"app_insights {self.target}: partial result for window {window} "
                                     f"({getattr(problem, 'code', '')}: {getattr(problem, 'message', '')}); "
                                     "it is not taken as complete, the next cycle retries"), "partial")
-        table = _primary(result.tables)
+        table = capture.primary(result.tables)
         if table is not None and len(table.rows) >= self.settings.row_limit:
             return _LimitReached(f"{len(table.rows)} rows, the row limit (source.row_limit)")
         return table
@@ -592,11 +737,11 @@ class AppInsightsSource:
         return watermark
 
 
-def _primary(tables: list[LogsTable]) -> LogsTable | None:
-    for table in tables:
+def _primary_position(tables: list[LogsTable]) -> int | None:
+    for position, table in enumerate(tables):
         if table.name == "PrimaryResult":
-            return table
-    return tables[0] if tables else None
+            return position
+    return 0 if tables else None
 
 
 def _first_inner_message(details: Any) -> str:
