@@ -10,7 +10,8 @@ total volume.
 
 ``--path source`` (the default) queries as ``AppInsightsSource`` does, keeping the rows as sent
 (``QueryCapture``); ``--path client`` queries as a stock client call does (the client's generated models and
-``LogsTable`` rows), for comparison.
+``LogsTable`` rows), for comparison. ``--tree DIR`` runs the code of another checkout of the repository (the
+previous commit, say) with this script; ``--report --before DIR`` adds that checkout's rows to the table.
 
 Workloads:
 - ``compact``: 6 spans per conversation (invoke_agent, 3 chat spans with short histories, 2 execute_tool);
@@ -21,6 +22,7 @@ Workloads:
     python benchmarks/bench_app_insights.py --workload compact --spans 1000000
     python benchmarks/bench_app_insights.py --workload compact --path client
     python benchmarks/bench_app_insights.py --report   # the BENCHMARKS.md table, each run in a subprocess
+    python benchmarks/bench_app_insights.py --report --before /tmp/previous-checkout
 """
 
 from __future__ import annotations
@@ -39,17 +41,21 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
+HERE = Path(__file__).resolve().parents[1]
+TREE_OPTION = "--tree"
+# The code under test: this checkout, or the one named by --tree (read before the imports below).
+REPO = (Path(sys.argv[sys.argv.index(TREE_OPTION) + 1]).resolve()
+        if TREE_OPTION in sys.argv[:-1] else HERE)
 sys.path.insert(0, str(REPO))
 
 import requests  # noqa: E402
 from azure.core.credentials import AccessToken  # noqa: E402
 from azure.core.pipeline.transport import RequestsTransport  # noqa: E402
-from azure.monitor.query import LogsQueryClient, LogsTable  # noqa: E402
+from azure.monitor.query import LogsQueryClient  # noqa: E402
 
 from monitor.assemble import assemble  # noqa: E402
 from monitor.models import SpanRecord  # noqa: E402
-from monitor.sources.app_insights import READ_BLOCK_BYTES, QueryCapture, ResultTable, RowReader  # noqa: E402
+from monitor.sources.app_insights import RowReader  # noqa: E402
 from monitor.sources.kql import WORKSPACE, Window  # noqa: E402
 from tools.spans_to_app_insights import TABLE_COLUMNS, spans_to_rows  # noqa: E402
 
@@ -57,7 +63,8 @@ T0 = datetime(2026, 9, 1, 10, 0, tzinfo=UTC)
 TRACE_MARK = "feedfacefeedface"  # the first 16 hex digits of every template trace id, replaced per replica
 SPAN_MARK = "c0ffee"  # the first 6 hex digits of every template span id
 CONVERSATION_MARK = "convREPLICA"
-TAU_BENCH = REPO.parent / "shared" / "corpora" / "tau-bench-airline" / "gpt-4o-airline.json"
+SHARED = Path(os.environ.get("RUBRIC_MONITOR_SHARED_DIR", HERE.parent / "shared"))
+TAU_BENCH = SHARED / "corpora" / "tau-bench-airline" / "gpt-4o-airline.json"
 TABLES = ("AppDependencies", "AppRequests", "AppTraces")
 
 
@@ -275,20 +282,27 @@ class _Credential:
         return AccessToken("bench", 2**31)
 
 
-def memory_client() -> tuple[LogsQueryClient, MemoryAdapter]:
+def memory_client(path: str) -> tuple[LogsQueryClient, MemoryAdapter]:
+    """A client whose transport answers from memory, configured as the source (or a stock client) has it."""
     adapter = MemoryAdapter()
     session = requests.Session()
     session.mount("https://", adapter)
+    options: dict[str, Any] = {}
+    if path == "source":
+        from monitor.sources.app_insights import READ_BLOCK_BYTES
+
+        options["connection_data_block_size"] = READ_BLOCK_BYTES
     client = LogsQueryClient(_Credential(), endpoint="https://bench.invalid",  # type: ignore[arg-type]
-                             transport=RequestsTransport(session=session,
-                                                         connection_data_block_size=READ_BLOCK_BYTES))
+                             transport=RequestsTransport(session=session, **options))
     return client, adapter
 
 
-def query(client: LogsQueryClient, path: str) -> LogsTable | ResultTable:
+def query(client: LogsQueryClient, path: str) -> Any:
     """The result table, fetched as ``AppInsightsSource._query`` does, or as a stock client call does."""
     if path == "client":
         return client.query_workspace("bench", "bench", timespan=None).tables[0]
+    from monitor.sources.app_insights import QueryCapture
+
     capture = QueryCapture()
     result = client.query_workspace("bench", "bench", timespan=None, **capture.options())
     table = capture.primary(result.tables)
@@ -306,7 +320,7 @@ def run(workload: str, total_rows: int, slice_rows: int, path: str = "source") -
         os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})  # one core
     blueprints = templates(workload)
     reader = RowReader(WORKSPACE)
-    client, adapter = memory_client()
+    client, adapter = memory_client(path)
     window = Window(T0 - timedelta(days=1), T0 + timedelta(days=1))
     baseline = rss_mib()
     timings = {"parse": 0.0, "read": 0.0, "assemble": 0.0}
@@ -350,50 +364,43 @@ def run(workload: str, total_rows: int, slice_rows: int, path: str = "source") -
 
 
 REPORT_RUNS = (
-    ("compact", 100_000, 20_000, "client"),
-    ("compact", 100_000, 20_000, "source"),
-    ("compact", 1_000_000, 20_000, "source"),
-    ("tau", 20_000, 4_000, "client"),
-    ("tau", 20_000, 4_000, "source"),
-    ("tau", 100_000, 4_000, "source"),
+    ("compact", 100_000, 20_000, ("before", "client", "source")),
+    ("compact", 1_000_000, 20_000, ("source",)),
+    ("tau", 20_000, 4_000, ("before", "client", "source")),
+    ("tau", 100_000, 4_000, ("source",)),
 )
+"""Workload, rows, rows per slice, and which code runs it: ``before`` is the --before checkout with the stock
+client path; ``client`` and ``source`` are this checkout with either path."""
 
 
-def report() -> int:
+def report(before: Path | None) -> int:
     print(
-        "| workload | path | spans | slice rows | wire MiB | spans/s (rows → conversations) | source stage spans/s "
-        "| of which RowReader spans/s | assembly spans/s | conversations/s | RSS before slices MiB "
-        "| peak RSS MiB |"
+        "| workload | code | path | spans | slice rows | wire MiB | spans/s (rows → conversations) "
+        "| source stage spans/s | of which RowReader spans/s | assembly spans/s | conversations/s "
+        "| RSS before slices MiB | peak RSS MiB |"
     )
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for workload, total, per_slice, path in REPORT_RUNS:
-        # A fresh process per run: ru_maxrss is a process-lifetime peak.
-        out = subprocess.run(
-            [
-                sys.executable,
-                __file__,
-                "--workload",
-                workload,
-                "--spans",
-                str(total),
-                "--slice-rows",
-                str(per_slice),
-                "--path",
-                path,
-                "--json",
-            ],
-            check=True,
-            capture_output=True,
-            text=True,
-        )
-        r = json.loads(out.stdout)
-        print(
-            f"| {r['workload']} | {r['path']} | {r['spans']:,} | {r['slice_rows']:,} | {r['wire_mib']:,} | "
-            f"{r['spans_per_second']:,} | {r['source_spans_per_second']:,} | "
-            f"{r['reader_spans_per_second']:,} | {r['assemble_spans_per_second']:,} | "
-            f"{r['conversations_per_second']:,} | {r['baseline_rss_mib']} | {r['peak_rss_mib']} |",
-            flush=True,
-        )
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for workload, total, per_slice, variants in REPORT_RUNS:
+        for variant in variants:
+            if variant == "before" and before is None:
+                continue
+            code = "before" if variant == "before" else "after"
+            path = "client" if variant == "before" else variant
+            tree = [TREE_OPTION, str(before)] if variant == "before" else []
+            # A fresh process per run: ru_maxrss is a process-lifetime peak.
+            out = subprocess.run(
+                [sys.executable, __file__, "--workload", workload, "--spans", str(total),
+                 "--slice-rows", str(per_slice), "--path", path, "--json", *tree],
+                check=True, capture_output=True, text=True,
+            )
+            r = json.loads(out.stdout)
+            print(
+                f"| {r['workload']} | {code} | {r['path']} | {r['spans']:,} | {r['slice_rows']:,} | "
+                f"{r['wire_mib']:,} | {r['spans_per_second']:,} | {r['source_spans_per_second']:,} | "
+                f"{r['reader_spans_per_second']:,} | {r['assemble_spans_per_second']:,} | "
+                f"{r['conversations_per_second']:,} | {r['baseline_rss_mib']} | {r['peak_rss_mib']} |",
+                flush=True,
+            )
     return 0
 
 
@@ -406,9 +413,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="query as AppInsightsSource does, or as a stock client call does")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.add_argument("--report", action="store_true", help="run the BENCHMARKS.md table")
+    parser.add_argument("--before", type=Path, help="with --report: a checkout to compare with (stock path)")
+    parser.add_argument(TREE_OPTION, type=Path, help="run the code of this checkout instead of this one")
     args = parser.parse_args(argv)
     if args.report:
-        return report()
+        return report(args.before)
     result = run(args.workload, args.spans, args.slice_rows, args.path)
     print(json.dumps(result) if args.json else json.dumps(result, indent=2))
     return 0

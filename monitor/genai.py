@@ -91,9 +91,10 @@ def load_json(text: str) -> Any:
     """``json.loads(text)``, faster.
 
     pydantic-core's parser is two to three times faster than the standard library's and decodes what it
-    accepts to the same values; it accepts no text that ``json.loads`` rejects, but refuses some that it takes
-    (lone surrogates, nesting past 200 levels). Whatever it refuses goes to ``json.loads``, which decides, so
-    the result and the exception (``json.JSONDecodeError``, ``RecursionError``) are the standard library's.
+    accepts to the same values (numbers included). It is the stricter of the two: it rejects what
+    ``json.loads`` rejects (bad syntax, raw control characters, over-long integers) and also refuses lone
+    surrogates and nesting past 200 levels. Whatever it refuses goes to ``json.loads``, which decides, so the
+    result and the exception (``json.JSONDecodeError``, ``RecursionError``) are the standard library's.
     """
     if isinstance(text, str):
         try:
@@ -101,7 +102,6 @@ def load_json(text: str) -> Any:
         except ValueError:
             pass
     return json.loads(text)
-
 
 
 @dataclass(frozen=True)
@@ -201,6 +201,7 @@ def _skip_space(text: str, position: int) -> int:
 
 _ITEM_BOUNDARY = frozenset(" \t\r\n,]")
 _ARRAYS_PER_HEAD = 4
+"""Arrays remembered per first item: a conversation's chat spans come together, so the last few suffice."""
 
 
 @dataclass(frozen=True)
