@@ -124,3 +124,34 @@ def test_check_passes_on_the_examples(tmp_path: Path) -> None:
     done = run_cli(["check", "--config", str(REPO / "examples" / "rubric-monitor.yaml")], REPO)
     assert done.returncode == 0, done.stderr
     assert "restaurant-reservation" in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("rubric", "calls"),
+    [
+        ({"name": "quality", "kind": "adaptive", "metric": "general_quality"}, 2),
+        ({"name": "checks", "kind": "adaptive", "metric": "final_response_reference_free",
+          "items": ["Does the reply confirm the booking?"]}, 1),
+        ({"name": "safe", "kind": "safety"}, 1),
+        ({"name": "match", "kind": "final_response_match"}, 1),
+    ],
+    ids=["adaptive", "adaptive_fixed_items", "safety", "final_response_match"],
+)
+def test_evaluate_runs_every_rubric_kind(tmp_path: Path, rubric: dict[str, object], calls: int) -> None:
+    from tests.vertex_judging import vertex_judge
+
+    chat = json.loads(CHATS.read_text().splitlines()[0])
+    chat["reference"] = "Booked for Friday Dec 4, 7:30 pm, 4 people, reservation R-2291."
+    source = tmp_path / "one.jsonl"
+    source.write_text(json.dumps(chat) + "\n")
+    rubric_file = tmp_path / "rubric.json"
+    rubric_file.write_text(json.dumps(rubric))
+    with ScriptedOpenAIServer(vertex_judge) as server:
+        config = write_config(tmp_path / "c.yaml", judge_config(server.base_url))
+        done = run_cli(["evaluate", "--rubric", str(rubric_file), "--input", str(source), "--config", str(config)],
+                       tmp_path)
+        assert done.returncode == 0, done.stderr
+        assert server.count == calls
+    output = json.loads(done.stdout)
+    assert (output["rubric"], output["label"], output["score"]) == (rubric["name"], "pass", 1.0)
+    assert output["properties"]["details"]

@@ -20,6 +20,7 @@ from monitor.settings import Settings
 from tests.conftest import REPO
 from tests.fakes.openai_server import Recorded, Reply, ScriptedOpenAIServer, completion, error
 from tests.helpers import SEED_PASS_SCORES, judge_config, verdict
+from tests.vertex_judging import vertex_judge
 from tools.chat_to_otlp import chat_record_to_spans
 
 CHATS = [json.loads(line) for line in (REPO / "examples" / "conversations.jsonl").read_text().splitlines()]
@@ -240,22 +241,6 @@ def test_stop_lets_no_new_evaluation_start(setup: Setup) -> None:
     monitor.pipeline.stop.clear()
     assert monitor.run_cycle().evaluations == {"pass": 3}  # nothing was lost
     monitor.close()
-
-
-def vertex_judge(request: Recorded) -> Reply:
-    """Answers each kind's request as its schema asks: items, item verdicts, safety policies, weighted verdicts."""
-    from tests.vertex_judging import item_ids, items_reply, schema, schema_name
-
-    name = schema_name(request)
-    if name == "rubric_items":
-        return items_reply("Does the reply confirm the action taken?", "Does the reply name the reservation?")
-    if name == "rubric_item_verdicts":
-        return completion(json.dumps({i: {"reasoning": "seen", "verdict": "yes"} for i in item_ids(request)}))
-    if name == "safety_verdict":
-        policies = schema(request)["properties"]["policies"]["required"]
-        return completion(json.dumps({"policies": {p: {"violated": False, "rationale": "none", "excerpt": ""}
-                                                   for p in policies}}))
-    return verdict(request, SEED_PASS_SCORES)
 
 
 def test_every_rubric_kind_runs_through_the_daemon(setup: Setup) -> None:

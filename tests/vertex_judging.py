@@ -99,3 +99,21 @@ RESERVATION_TOOLS = (ToolDefinition(
     parameters={"type": "object",
                 "properties": {"party_size": {"type": "integer"}, "time": {"type": "string"}}},
 ),)
+
+
+def vertex_judge(request: Recorded) -> Reply:
+    """Answers each kind's request as its schema asks: items, item verdicts, safety policies, weighted verdicts."""
+    name = schema_name(request)
+    if name == "rubric_items":
+        return items_reply("Does the reply confirm the action taken?", "Does the reply name the reservation?")
+    if name == "rubric_item_verdicts":
+        return completion(json.dumps({i: {"reasoning": "seen", "verdict": "yes"} for i in item_ids(request)}))
+    if name == "final_response_match_verdict":
+        return completion(json.dumps({"reasoning": "same booking", "verdict": "valid"}))
+    if name == "safety_verdict":
+        policies = schema(request)["properties"]["policies"]["required"]
+        return completion(json.dumps({"policies": {p: {"violated": False, "rationale": "none", "excerpt": ""}
+                                                   for p in policies}}))
+    from tests.helpers import SEED_PASS_SCORES, verdict
+
+    return verdict(request, SEED_PASS_SCORES)
