@@ -23,6 +23,7 @@ from monitor.evaluators.static import StaticMetricEvaluator
 from monitor.evaluators.weighted import WeightedEvaluator
 from monitor.health import HealthState, MonitorHTTPServer
 from monitor.judge.base import Judge
+from monitor.judge.charging import ChargingJudge
 from monitor.metrics import MonitorMetrics, StoredAggregatesCollector
 from monitor.models import utc_now
 from monitor.pipeline import CycleReport, Pipeline
@@ -126,7 +127,11 @@ def build_monitor(settings: Settings, registry: CollectorRegistry | None = None)
     windows = [(w, parse_window(w)) for w in settings.metrics.windows]
     rubrics = RubricRegistry(settings.rubrics.directory, metrics)
     rubrics.load()
-    store = SqlStore(store_url(settings))
+    url = store_url(settings)
+    if url.startswith("sqlite") and (":memory:" in url or url.rstrip("/") in ("sqlite:", "sqlite+pysqlite:")):
+        # One shared connection between the cycle thread and the scrape thread: writes would fail at random.
+        raise ConfigError("settings", "store.url", "an in-memory SQLite database cannot back the daemon; use a file")
+    store = SqlStore(url)
     source = build_source(settings.source, metrics)
     judge = build_judge(settings.judge, metrics)
     registry.register(StoredAggregatesCollector(lambda _: store.window_aggregates(windows, utc_now()),
@@ -142,7 +147,12 @@ def build_monitor(settings: Settings, registry: CollectorRegistry | None = None)
         store=store,
         rubrics=rubrics if settings.rubrics.reload else _Frozen(rubrics),
         evaluators=build_evaluators(settings.judge.cache_size, store),
-        context=EvaluationContext(judge=judge, settings=judge_settings, store_content=settings.store.store_content),
+        context=EvaluationContext(
+            judge=ChargingJudge(judge, lambda rubric, tokens, usd: store.add_usage(rubric, utc_now().date(), tokens,
+                                                                                    usd)),
+            settings=judge_settings,
+            store_content=settings.store.store_content,
+        ),
         metrics=metrics,
         conversation_settings=settings.conversation,
         sampling_settings=settings.sampling,

@@ -8,12 +8,15 @@ rubric-item text.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+
+log = logging.getLogger(__name__)
 
 SCORE_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 DIMENSION_BUCKETS = (1.0, 2.0, 3.0, 4.0, 5.0)
@@ -86,14 +89,14 @@ class MonitorMetrics:
         # ②③ funnel
         self.conversations = Counter(
             "rubric_monitor_conversations",
-            "Conversation funnel: assembled, sampled, skipped, already_scored, evaluated.",
+            "Conversation funnel: assembled, unreadable, sampled, skipped, already_scored, evaluated.",
             ["stage"],
             registry=registry,
         )
         self.skipped = Counter(
             "rubric_monitor_evaluations_skipped",
             "Evaluations not made, by reason (sampled_out, cycle_cap, budget_exhausted, judge_unavailable, "
-            "no_rubric).",
+            "evaluator_error, no_evaluator).",
             ["rubric", "reason"],
             registry=registry,
         )
@@ -213,7 +216,13 @@ class StoredAggregatesCollector(Collector):
             "Mean score (1 to 5) of a dimension over a rolling window.",
             labels=["rubric", "rubric_version", "agent", "dimension", "window"],
         )
-        for agg in self._query(self._windows):
+        try:
+            aggregates = list(self._query(self._windows))
+        except Exception:
+            # A scrape must still deliver the daemon's own health when the store is down.
+            log.exception("rolling-window gauges unavailable: the store did not answer")
+            aggregates = []
+        for agg in aggregates:
             labels = [agg.rubric, agg.rubric_version, agg.agent, agg.window]
             scored.add_metric(labels, agg.scored)
             if agg.scored:

@@ -93,12 +93,16 @@ class Pipeline:
         try:
             ready = self._ready(now)
         except StoreError as exc:
-            self._fail(report, "store", exc)
+            self._note_failure(report, "store", exc)
             ready = []
         report.conversations_ready = len(ready)
-        tasks, waiting = self._plan(ready, report, now)
+        try:
+            tasks, waiting, deferred = self._plan(ready, report, now)
+        except StoreError as exc:
+            self._note_failure(report, "store", exc)
+            tasks, waiting, deferred = [], Counter(), set()
         if tasks:
-            self.loop.run_until_complete(self._judge_all(tasks, waiting, report, now))
+            self.loop.run_until_complete(self._judge_all(tasks, waiting, deferred, report, now))
         self._prune(report, now)
         report.finished_at = utc_now()
         return report
@@ -115,18 +119,18 @@ class Pipeline:
                 report.spans_read += len(batch.spans)
                 report.spans_new += stored.new
                 self.metrics.spans.labels(name).inc(len(batch.spans))
+                self.metrics.source_rows.labels(name).inc(batch.rows)
                 for reason, count in batch.rejected.items():
                     self.metrics.spans_rejected.labels(name, reason).inc(count)
                 if stored.late_ignored:
-                    log.info("%d late turn(s) of already scored conversations ignored (late_turns: ignore)",
-                             stored.late_ignored)
+                    log.info("late spans of %d already scored conversation(s) ignored", stored.late_ignored)
                 if self.stop.is_set():
                     break
         except SourceError as exc:
             self.metrics.source_errors.labels(name, exc.kind).inc()
-            self._fail(report, "source", exc)
+            self._note_failure(report, "source", exc)
         except StoreError as exc:
-            self._fail(report, "store", exc)
+            self._note_failure(report, "store", exc)
 
     # ②③ assemble and sample ----------------------------------------------------------------------------------
 
@@ -135,10 +139,24 @@ class Pipeline:
         pending = self.store.ready_conversations(
             idle_before=horizon - timedelta(seconds=self.conversation_settings.idle_timeout_seconds),
             started_before=horizon - timedelta(seconds=self.conversation_settings.max_age_seconds),
+            # Each ready conversation needs at least one evaluation or is marked scored at once, so a backlog
+            # drains at this pace without assembling all of it every cycle.
+            limit=max(1, self.sampling_settings.max_per_cycle),
         )
         ready: list[tuple[PendingConversation, Conversation]] = []
         for item in pending:
-            assembly = assemble(self.store.spans_of(item.key))
+            try:
+                spans = self.store.spans_of(item.key)
+                assembly = assemble(spans)
+            except StoreError:
+                raise
+            except Exception:
+                # Deterministic: the same spans fail the same way next cycle, so the conversation is set aside
+                # (logged, counted) rather than blocking every cycle after it.
+                log.exception("conversation %r cannot be assembled; it is skipped", item.key)
+                self.metrics.conversations.labels("unreadable").inc()
+                self.store.mark_scored(item.key, item.revision)
+                continue
             for reason, count in assembly.rejected.items():
                 self.metrics.spans_rejected.labels(self.source.name, reason).inc(count)
             conversation = _one_conversation(item.key, assembly.conversations)
@@ -150,11 +168,13 @@ class Pipeline:
 
     def _plan(
         self, ready: Sequence[tuple[PendingConversation, Conversation]], report: CycleReport, now: datetime
-    ) -> tuple[list[_Task], Counter[str]]:
+    ) -> tuple[list[_Task], Counter[str], set[str]]:
         """Sampling, budgets and the per-cycle cap decide which evaluations run now. ``waiting`` counts, per
-        conversation key, the evaluations it still needs; a conversation is marked scored when it reaches 0."""
+        conversation key, the evaluations it still needs this cycle; a conversation is marked scored when it
+        reaches 0, unless it is in ``deferred`` (the cap left some of its evaluations for a later cycle)."""
         tasks: list[_Task] = []
         waiting: Counter[str] = Counter()
+        deferred_keys: set[str] = set()
         cap = self.sampling_settings.max_per_cycle
         for pending, conversation in ready:
             rubrics = self.rubrics.for_agent(conversation.agent_name, conversation.agent_id)
@@ -183,9 +203,11 @@ class Pipeline:
                 self.metrics.conversations.labels("already_scored").inc()
             else:
                 self.metrics.conversations.labels("skipped").inc()
-            if not waiting[pending.key] and not deferred:
+            if deferred:
+                deferred_keys.add(pending.key)
+            elif not waiting[pending.key]:
                 self.store.mark_scored(pending.key, pending.revision)
-        return tasks, waiting
+        return tasks, waiting, deferred_keys
 
     def _budget_spent(self, rubric: Rubric, now: datetime) -> bool:
         if rubric.daily_budget_tokens is None and rubric.daily_budget_usd is None:
@@ -205,26 +227,39 @@ class Pipeline:
 
     # ④⑤ judge and record ---------------------------------------------------------------------------------------
 
-    async def _judge_all(self, tasks: list[_Task], waiting: Counter[str], report: CycleReport,
-                         now: datetime) -> None:
+    async def _judge_all(self, tasks: list[_Task], waiting: Counter[str], deferred: set[str],
+                         report: CycleReport, now: datetime) -> None:
         gate = asyncio.Semaphore(self.judge_settings.concurrency)
-        incomplete: set[str] = set()
+        incomplete: set[str] = set(deferred)
 
         async def run(task: _Task) -> None:
+            key = task.pending.key
             async with gate:
                 if self.stop.is_set():
                     report.stopped_early = True
-                    incomplete.add(task.pending.key)
+                    incomplete.add(key)
                     return
-                done = await self._judge_one(task, report, now)
+                try:
+                    done = await self._judge_one(task, report, now)
+                except StoreError as exc:
+                    # The verdict may be lost, not doubled: the conversation stays pending and is judged again.
+                    self._note_failure(report, "store", exc)
+                    done = False
             if not done:
-                incomplete.add(task.pending.key)
-            waiting[task.pending.key] -= 1
-            if waiting[task.pending.key] == 0 and task.pending.key not in incomplete:
-                self.store.mark_scored(task.pending.key, task.pending.revision)
-                self.metrics.conversations.labels("evaluated").inc()
+                incomplete.add(key)
+            waiting[key] -= 1
+            if waiting[key] == 0 and key not in incomplete:
+                try:
+                    self.store.mark_scored(key, task.pending.revision)
+                    self.metrics.conversations.labels("evaluated").inc()
+                except StoreError as exc:
+                    self._note_failure(report, "store", exc)
 
-        await asyncio.gather(*(run(t) for t in tasks))
+        # Every task runs to its end (none is left on the loop for the next cycle to resume with stale state).
+        outcomes = await asyncio.gather(*(run(t) for t in tasks), return_exceptions=True)
+        for outcome in outcomes:
+            if isinstance(outcome, Exception):
+                self._note_failure(report, "evaluate", outcome)
 
     async def _judge_one(self, task: _Task, report: CycleReport, now: datetime) -> bool:
         """Evaluate and record one (conversation, rubric); False when it must be tried again next cycle."""
@@ -242,32 +277,45 @@ class Pipeline:
         except JudgeUnavailable as exc:
             # 5xx or timeouts past the transport's retries: possibly this conversation's fault (too long for the
             # endpoint), so after MAX_JUDGE_ATTEMPTS cycles it is recorded unscored rather than retried forever.
-            attempts = self.store.record_failure(task.pending.key, rubric.name, task.pending.revision)
-            if attempts < MAX_JUDGE_ATTEMPTS:
-                self._skip(report, rubric.name, "judge_unavailable")
-                self._note_failure(report, "judge", exc)
+            given_up = self._give_up_after_attempts(task, report, "judge_unavailable", "judge", exc,
+                                                    f"judge_error: {type(exc).outcome}: {exc}")
+            if given_up is None:
                 return False
-            problem = f"judge_error: {type(exc).outcome}: {exc}"
-            results = [unscored_result(conversation, rubric, self.context, None, JudgeUsage(), problem,
-                                       f"Unscored: {problem}")]
+            results = given_up
         except JudgeError as exc:
             # A refused credential, a spent quota, a misconfigured endpoint: not the conversation's fault, so it
             # waits, however long that lasts.
             self._skip(report, rubric.name, "judge_unavailable")
             self._note_failure(report, "judge", exc)
             return False
-        except Exception:
+        except Exception as exc:
+            # A bug or a reply no validator anticipated: one bad evaluation must not stop the others, nor be
+            # retried forever.
             log.exception("evaluating conversation %r with rubric %r failed", conversation.id, rubric.name)
-            self.metrics.stage_failures.labels("evaluate").inc()
-            self._skip(report, rubric.name, "evaluator_error")
-            return False
+            given_up = self._give_up_after_attempts(task, report, "evaluator_error", "evaluate", exc,
+                                                    f"evaluator_error: {type(exc).__name__}: {exc}")
+            if given_up is None:
+                return False
+            results = given_up
         for result in results:
             self._record(result.model_copy(update={"revision": task.pending.revision}), report, now)
         return True
 
+    def _give_up_after_attempts(
+        self, task: _Task, report: CycleReport, reason: str, stage: str, exc: Exception, problem: str
+    ) -> list[EvaluationResult] | None:
+        """None while the evaluation may be tried again next cycle; after ``MAX_JUDGE_ATTEMPTS`` cycles, the
+        unscored result that records why it never got a verdict."""
+        attempts = self.store.record_failure(task.pending.key, task.rubric.name, task.pending.revision)
+        if attempts < MAX_JUDGE_ATTEMPTS:
+            self._skip(report, task.rubric.name, reason)
+            self._note_failure(report, stage, exc)
+            return None
+        return [unscored_result(task.conversation, task.rubric, self.context, None, JudgeUsage(), problem,
+                                f"Unscored: {problem}")]
+
     def _record(self, result: EvaluationResult, report: CycleReport, now: datetime) -> None:
         report.judge_calls += result.judge_calls
-        self.store.add_usage(result.rubric, now.date(), result.input_tokens + result.output_tokens, result.cost_usd)
         if not self.store.record(result):
             self.metrics.conversations.labels("already_scored").inc()
             return
@@ -287,13 +335,13 @@ class Pipeline:
         try:
             self.rubrics.refresh()
         except Exception as exc:
-            self._fail(report, "rubrics", exc)
+            self._note_failure(report, "rubrics", exc)
 
     def _prune(self, report: CycleReport, now: datetime) -> None:
         try:
             self.store.prune(now - timedelta(days=self.conversation_settings.retention_days))
         except StoreError as exc:
-            self._fail(report, "store", exc)
+            self._note_failure(report, "store", exc)
 
     def _skip(self, report: CycleReport, rubric: str, reason: str) -> None:
         report.skipped[reason] += 1
@@ -305,9 +353,6 @@ class Pipeline:
             log.warning("%s", line)
             report.failures.append(line)
             self.metrics.stage_failures.labels(stage).inc()
-
-    def _fail(self, report: CycleReport, stage: str, exc: Exception) -> None:
-        self._note_failure(report, stage, exc)
 
     def close(self) -> None:
         self.loop.run_until_complete(self.context.judge.aclose())

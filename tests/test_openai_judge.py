@@ -305,6 +305,58 @@ def test_429_that_waiting_cannot_fix_fails_at_once(refusal: Reply) -> None:
     assert time.monotonic() - started < 2.0
 
 
+def test_a_spent_quota_fails_every_call_at_once_without_a_request_until_its_reset() -> None:
+    # A cycle's other evaluations must not each sit out a pause and then ask again for another 429: that made a
+    # cycle of 100 evaluations take over an hour.
+    lock = threading.Lock()
+    reset_at: list[float] = []
+
+    def handler(_: Recorded) -> Reply:
+        with lock:
+            if not reset_at:
+                reset_at.append(time.monotonic() + 0.6)
+            if time.monotonic() < reset_at[0]:
+                return rate_limited(retry_after_ms=600)
+        return completion(GOOD)
+
+    with ScriptedOpenAIServer(handler) as server:
+        metrics = new_metrics()
+
+        async def use(judge: OpenAIJudge) -> tuple[list[BaseException | JudgeReply], float, JudgeReply]:
+            with pytest.raises(JudgeRateLimited, match="0.3"):
+                await judge.complete(REQUEST)
+            started = time.monotonic()
+            blocked = await asyncio.gather(*(judge.complete(REQUEST) for _ in range(20)), return_exceptions=True)
+            blocked_for = time.monotonic() - started
+            assert server.count == 1  # no request while the quota is spent
+            await asyncio.sleep(reset_at[0] - time.monotonic() + 0.3)
+            return blocked, blocked_for, await judge.complete(REQUEST)
+
+        blocked, blocked_for, reply = with_judge(settings_for(server, max_retry_wait_seconds=0.3), metrics, use)
+
+    assert all(isinstance(b, JudgeRateLimited) for b in blocked)
+    assert "no judge calls until" in str(blocked[0])
+    assert blocked_for < 0.2
+    assert reply.text == GOOD and server.count == 2  # after the reset, calls flow again
+    assert requests_with(metrics, "rate_limited") == 21 and requests_with(metrics, "ok") == 1
+    assert sample(metrics, "rubric_monitor_judge_retries_total", model=MODEL, reason="rate_limited") == 0
+
+
+def test_a_429_for_a_quota_not_spent_is_retried_after_a_backoff_not_after_its_full_reset() -> None:
+    # OpenAI's tokens-per-minute 429: tokens remain, and their full refill is minutes away.
+    limited = rate_limited(headers={
+        "x-ratelimit-remaining-requests": "499", "x-ratelimit-reset-requests": "120ms",
+        "x-ratelimit-remaining-tokens": "1500", "x-ratelimit-reset-tokens": "6m0s",
+    })
+    with ScriptedOpenAIServer(sequence(limited, completion(GOOD))) as server:
+        metrics = new_metrics()
+        started = time.monotonic()
+        reply = complete_once(settings_for(server), metrics)
+    assert reply.text == GOOD and server.count == 2
+    assert time.monotonic() - started < 2.0
+    assert sample(metrics, "rubric_monitor_judge_retries_total", model=MODEL, reason="rate_limited") == 1
+
+
 # -- server errors, malformed bodies, hangs ------------------------------------------------------------------
 
 
@@ -456,6 +508,87 @@ def test_context_too_long_is_refused_without_changing_mode() -> None:
 
         assert with_judge(settings_for(server), new_metrics(), use) == "json_schema"
     assert server.count == 1
+
+
+@pytest.mark.parametrize(
+    ("misconfigured", "named"),
+    [
+        (error(400, "max_tokens is too large: 15400. This model supports at most 4096 completion tokens, "
+                    "whereas you provided 15400.", "invalid_value", param="max_tokens"), "15400"),
+        # vLLM: the completion budget alone is larger than the context, so every conversation would fail.
+        (error(400, "This model's maximum context length is 4096 tokens. However, you requested 15900 tokens "
+                    "(500 in the messages, 15400 in the completion).", "BadRequestError"), "judge.max_output"),
+        (error(400, "Invalid value for 'temperature': must be between 0 and 2.", "invalid_value",
+               param="temperature"), "temperature"),
+    ],
+    ids=["max_tokens_too_large", "completion_larger_than_the_context", "temperature_out_of_range"],
+)
+def test_a_400_about_the_settings_leaves_the_evaluation_pending_and_the_mode_alone(
+    misconfigured: Reply, named: str
+) -> None:
+    with ScriptedOpenAIServer(lambda _: misconfigured) as server:
+        metrics = new_metrics()
+
+        async def use(judge: OpenAIJudge) -> tuple[list[JudgeError], str]:
+            raised: list[JudgeError] = []
+            for _ in range(2):
+                with pytest.raises(JudgeError) as error_info:
+                    await ask_judge(judge, REQUEST, validate_verdict, JudgeUsage())
+                raised.append(error_info.value)
+            return raised, judge.response_mode()
+
+        raised, mode = with_judge(settings_for(server, max_output_tokens=15400), metrics, use)
+
+    # A plain JudgeError, not a final "refused": the pipeline keeps the evaluation pending.
+    assert [type(e) for e in raised] == [JudgeError, JudgeError]
+    assert named in str(raised[0])
+    assert mode == "json_schema"
+    assert [r.body["response_format"]["type"] for r in server.requests] == ["json_schema", "json_schema"]
+    assert requests_with(metrics, "error") == 2 and requests_with(metrics, "refused") == 0
+
+
+@pytest.mark.parametrize(
+    ("too_long", "reason"),
+    [
+        (error(400, "This model's maximum context length is 8192 tokens. However, your messages resulted in "
+                    "9000 tokens. Please reduce the length of the messages.", "context_length_exceeded",
+               param="messages"), "maximum context length"),
+        (Reply(status=400, json_body={"error": {
+            "code": 400, "message": "the request exceeds the available context size, try increasing it",
+            "type": "exceed_context_size_error", "n_prompt_tokens": 9210, "n_ctx": 8192}}),
+         "exceeds the available context size"),
+        (error(400, "This model's maximum context length is 4096 tokens. However, you requested 5124 tokens "
+                    "(4100 in the messages, 1024 in the completion).", "BadRequestError"),
+         "4100 in the messages"),
+    ],
+    ids=["openai", "llama_cpp", "vllm"],
+)
+def test_a_conversation_too_long_for_the_context_ends_unscored_with_that_reason(
+    too_long: Reply, reason: str
+) -> None:
+    with ScriptedOpenAIServer(lambda _: too_long) as server:
+        metrics = new_metrics()
+
+        async def use(judge: OpenAIJudge) -> tuple[Any, str]:
+            return await ask_judge(judge, REQUEST, validate_verdict, JudgeUsage()), judge.response_mode()
+
+        asked, mode = with_judge(settings_for(server), metrics, use)
+
+    assert asked.value is None and asked.error.startswith("refused") and reason in asked.error
+    assert mode == "json_schema" and server.count == 1
+    assert requests_with(metrics, "refused") == 1
+
+
+def test_a_400_naming_the_response_format_parameter_falls_back_to_the_next_mode() -> None:
+    def handler(request: Recorded) -> Reply:
+        if (request.body.get("response_format") or {}).get("type") == "json_schema":
+            return error(400, "This model does not support this feature.", "invalid_request_error",
+                         param="response_format")
+        return completion(GOOD)
+
+    with ScriptedOpenAIServer(handler) as server:
+        reply = complete_once(settings_for(server), new_metrics())
+    assert reply.text == GOOD and reply.mode == "json_object" and server.count == 2
 
 
 def test_max_tokens_rejected_switches_to_max_completion_tokens() -> None:
@@ -654,6 +787,8 @@ def test_header_parsing() -> None:
                          "x-ratelimit-remaining-requests": "5", "x-ratelimit-reset-requests": "9s"}
     assert retry_after_seconds(token_quota_spent) == 2.0
     assert retry_after_seconds({}) is None
+    tokens_left = {"x-ratelimit-remaining-tokens": "1500", "x-ratelimit-reset-tokens": "6m0s"}
+    assert retry_after_seconds(tokens_left) is None  # a quota not spent says nothing about the wait
     assert spent_quota_wait({"x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "30s",
                              "x-ratelimit-limit-requests": "600"}) == pytest.approx(0.1)
     assert spent_quota_wait({"x-ratelimit-remaining-tokens": "0", "x-ratelimit-reset-tokens": "2s"}) == 2.0

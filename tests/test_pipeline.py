@@ -98,7 +98,7 @@ def test_each_conversation_is_judged_once_across_cycles_and_restarts(setup: Setu
 @pytest.mark.parametrize(
     ("bad_reply", "problem"),
     [
-        (completion("{not json"), "not JSON"),
+        (completion("{not json"), "not valid JSON"),
         (completion('{"dimensions": {"intent_recognition": {"reason": "x", "applicable": true, "score": 4}'),
          "not valid JSON"),
         (completion('{"dimensions": {}}'), "is missing"),
@@ -287,3 +287,46 @@ def test_adaptive_items_survive_a_restart(setup: Setup) -> None:
     assert restarted.run_cycle().evaluations == {"pass": 1}
     restarted.close()
     assert (calls("rubric_items"), calls("rubric_item_verdicts")) == (3, 4)  # items came from the store
+
+
+def test_the_cycle_cap_never_drops_a_conversations_other_rubrics(setup: Setup) -> None:
+    (setup.tmp / "rubrics" / "second.yaml").write_text(yaml.safe_dump({
+        "name": "second", "agents": ["reservation-*"],
+        "dimensions": [{"id": "tone", "description": "Polite tone.", "weight": 3}]}))
+    monitor = setup.monitor(sampling={"max_per_cycle": 1})
+    for _ in range(8):
+        monitor.run_cycle()
+    assert sorted((r.conversation_id, r.rubric) for r in monitor.store.results()) == sorted(
+        (c, r) for c in MARKER for r in ("restaurant-reservation", "second"))
+    monitor.close()
+
+
+def test_a_reply_no_validator_anticipated_is_unscored_after_three_cycles(setup: Setup) -> None:
+    setup.handler[0] = lambda r: completion("[" * 100_000)  # RecursionError in a naive parser
+    monitor = setup.monitor()
+    reports = [monitor.run_cycle() for _ in range(3)]
+    assert all(r.evaluations == {"unscored": 3} for r in reports[:1])  # an invalid reply is final at once
+    assert {r.outcome for r in monitor.store.results()} == {"unscored"}
+    assert len(monitor.store.results()) == 3
+    monitor.close()
+
+
+def test_spending_of_failed_evaluations_counts_against_the_budget(setup: Setup) -> None:
+    setup.rubric(daily_budget_tokens=10_000)
+    setup.handler[0] = lambda r: completion("not json at all", prompt_tokens=3000, completion_tokens=10)
+    monitor = setup.monitor(judge={"concurrency": 1})
+    report = monitor.run_cycle()
+    # two asks of 3,010 tokens for the first conversation, two for the second: 12,040 > 10,000
+    assert report.evaluations == {"unscored": 2} and report.skipped["budget_exhausted"] == 1
+    monitor.close()
+
+
+def test_a_store_that_fails_during_scrapes_still_serves_the_daemons_health(setup: Setup) -> None:
+    from prometheus_client import generate_latest
+
+    monitor = setup.monitor()
+    monitor.run_cycle()
+    monitor.store.close()
+    monitor.store._engine = __import__("sqlalchemy").create_engine("sqlite:////nonexistent/dir/x.db")
+    text = generate_latest(monitor.registry).decode()
+    assert "rubric_monitor_cycles_total" in text and "rubric_monitor_pass_rate{" not in text

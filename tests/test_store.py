@@ -143,3 +143,41 @@ def test_prune_deletes_spans_of_scored_conversations_only(store: SqlStore) -> No
     store.mark_scored("done", 0)
     assert store.prune(datetime.now(UTC) + timedelta(seconds=1)) == 1
     assert store.spans_of("done") == [] and len(store.spans_of("open")) == 1
+
+
+def test_span_ids_are_unique_only_within_their_trace(store: SqlStore) -> None:
+    stored = store.add_spans("src", [span("a", trace="t1"), span("a", trace="t2")], "1", "ignore")
+    assert (stored.new, stored.duplicates) == (2, 0)
+    assert len(store.spans_of("t1")) == 1 and len(store.spans_of("t2")) == 1
+
+
+def test_a_scored_trace_stays_where_it_was_scored(store: SqlStore) -> None:
+    store.add_spans("src", [span("a", trace="t1")], "1", "ignore")
+    store.mark_scored("t1", 0)
+    # the root span naming the conversation is often exported last
+    late = store.add_spans("src", [span("root", trace="t1", at=1, conversation="conv-1")], "2", "ignore")
+    assert late.late_ignored == 1
+    assert store.ready_conversations(T0 + timedelta(days=1), T0) == []
+
+
+def test_ready_conversations_are_paged_oldest_first(store: SqlStore) -> None:
+    store.add_spans("src", [span(f"s{i}", trace=f"t{i}", at=i) for i in range(5)], "1", "ignore")
+    assert [p.key for p in store.ready_conversations(T0 + timedelta(days=1), T0, limit=2)] == ["t0", "t1"]
+
+
+def test_late_spans_of_a_pruned_conversation_do_not_reopen_it(store: SqlStore) -> None:
+    store.add_spans("src", [span("a", trace="t1")], "1", "rescore")
+    store.mark_scored("t1", 0)
+    store.prune(datetime.now(UTC) + timedelta(seconds=1))
+    assert store.add_spans("src", [span("a", trace="t1")], "2", "rescore").late_ignored == 1
+    assert store.ready_conversations(T0 + timedelta(days=1), T0) == []
+
+
+def test_long_identifiers_fit_every_backend(store: SqlStore) -> None:
+    long_id = "conv-" + "x" * 600
+    store.add_spans("src", [span("a", trace="t" * 40, conversation=long_id)], "1", "ignore")
+    assert [p.key for p in store.ready_conversations(T0 + timedelta(days=1), T0)] == [long_id]
+    result = EvaluationResult(conversation_id=long_id, agent="agent-" + "y" * 400, rubric="r",
+                              rubric_version="v" * 100, rubric_kind="weighted", judge_model="m", outcome="pass",
+                              score=1.0)
+    assert store.record(result) and not store.record(result)

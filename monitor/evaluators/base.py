@@ -70,20 +70,28 @@ class Asked(Generic[T]):
 
 
 def extract_json(text: str) -> Any:
-    """Parse a reply as JSON; replies in ``prompt`` mode may wrap it in a fenced block or prose."""
+    """Parse a reply as JSON; replies in ``prompt`` mode may wrap it in a fenced block or prose around it."""
     stripped = text.strip()
-    try:
-        return json.loads(stripped)
-    except json.JSONDecodeError:
-        pass
     fenced = _FENCED.search(stripped)
-    candidate = fenced.group(1) if fenced else stripped[stripped.find("{"): stripped.rfind("}") + 1]
-    if not candidate:
-        raise InvalidReply("reply is not JSON")
-    try:
-        return json.loads(candidate)
-    except json.JSONDecodeError as exc:
-        raise InvalidReply(f"reply is not valid JSON ({exc.msg} at char {exc.pos})") from exc
+    candidates = [stripped] + ([fenced.group(1)] if fenced else [])
+    problem = "reply is not JSON"
+    for candidate in candidates:
+        try:
+            return json.loads(candidate)
+        except json.JSONDecodeError as exc:
+            problem = f"reply is not valid JSON ({exc.msg} at char {exc.pos})"
+        except (RecursionError, OverflowError, ValueError) as exc:  # absurd nesting or numbers
+            raise InvalidReply(f"reply is not usable JSON ({type(exc).__name__})") from None
+    start = stripped.find("{")
+    if start >= 0:
+        try:
+            # The first complete object in the prose, whatever follows it.
+            return json.JSONDecoder().raw_decode(stripped, start)[0]
+        except json.JSONDecodeError:
+            pass
+        except (RecursionError, OverflowError, ValueError) as exc:
+            raise InvalidReply(f"reply is not usable JSON ({type(exc).__name__})") from None
+    raise InvalidReply(problem)
 
 
 async def ask_judge(
@@ -113,7 +121,7 @@ async def ask_judge(
         usage.add(request, reply)
         try:
             return Asked(validate(extract_json(reply.text)), None)
-        except (InvalidReply, ValueError, TypeError, KeyError) as exc:
+        except (InvalidReply, ValueError, TypeError, KeyError, RecursionError, OverflowError) as exc:
             problem = str(exc) or type(exc).__name__
             judge.record_invalid_reply(request.model)
     return Asked(None, f"invalid_reply: {problem}")

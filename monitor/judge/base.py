@@ -46,8 +46,10 @@ class JudgeReply:
 
 
 class Judge(Protocol):
-    model: str
-    """Default model name, recorded with every result."""
+    @property
+    def model(self) -> str:
+        """Default model name, recorded with every result."""
+        ...
 
     async def complete(self, request: JudgeRequest) -> JudgeReply:
         """Return the model's reply, or raise a ``JudgeError`` subclass once retries are spent."""

@@ -47,9 +47,10 @@ class ResultStore(Protocol):
         """Store spans and the source's checkpoint atomically."""
         ...
 
-    def ready_conversations(self, idle_before: datetime, started_before: datetime) -> list[PendingConversation]:
+    def ready_conversations(self, idle_before: datetime, started_before: datetime,
+                            limit: int | None = None) -> list[PendingConversation]:
         """Unscored conversations whose last span is older than ``idle_before`` or whose first span is older than
-        ``started_before``, oldest first."""
+        ``started_before``, oldest first, at most ``limit``."""
         ...
 
     def spans_of(self, key: str) -> list[SpanRecord]: ...
@@ -77,7 +78,8 @@ class ResultStore(Protocol):
         ...
 
     def prune(self, scored_before: datetime) -> int:
-        """Delete spans of conversations scored before the given time; returns how many."""
+        """Delete spans of conversations scored before the given time; returns how many. The conversations stay
+        known (as pruned), so late spans of theirs are recognised as late."""
         ...
 
     def ping(self) -> None:

@@ -44,25 +44,26 @@ metadata = MetaData()
 
 spans_table = Table(
     "spans", metadata,
-    Column("span_id", String(64), primary_key=True),
-    Column("trace_id", String(64), nullable=False, index=True),
-    Column("conversation_key", String(256), nullable=False, index=True),
+    # Span ids are unique only within their trace.
+    Column("trace_id", Text, primary_key=True),
+    Column("span_id", Text, primary_key=True),
+    Column("conversation_key", Text, nullable=False, index=True),
     Column("start_ts", Float, nullable=False),
     Column("payload", Text, nullable=False),
 )
 traces_table = Table(
     "trace_conversations", metadata,
-    Column("trace_id", String(64), primary_key=True),
-    Column("conversation_key", String(256), nullable=False),
+    Column("trace_id", Text, primary_key=True),
+    Column("conversation_key", Text, nullable=False),
     Column("from_conversation_id", Boolean, nullable=False),
 )
 conversations_table = Table(
     "conversations", metadata,
-    Column("key", String(256), primary_key=True),
+    Column("key", Text, primary_key=True),
     Column("first_span_ts", Float, nullable=False),
     Column("last_span_ts", Float, nullable=False),
     Column("span_count", Integer, nullable=False),
-    Column("status", String(16), nullable=False, index=True),  # pending | scored
+    Column("status", String(16), nullable=False, index=True),  # pending | scored | pruned (scored, spans deleted)
     Column("revision", Integer, nullable=False),
     Column("scored_ts", Float),
 )
@@ -75,13 +76,13 @@ checkpoints_table = Table(
 results_table = Table(
     "results", metadata,
     Column("id", Integer, primary_key=True, autoincrement=True),
-    Column("conversation_id", String(256), nullable=False, index=True),
+    Column("conversation_id", Text, nullable=False, index=True),
     Column("rubric", String(256), nullable=False),
-    Column("rubric_version", String(64), nullable=False),
+    Column("rubric_version", Text, nullable=False),
     Column("turn_key", Integer, nullable=False),  # -1 for a whole-conversation verdict
     Column("revision", Integer, nullable=False),
     Column("current", Boolean, nullable=False, index=True),
-    Column("agent", String(256), nullable=False),
+    Column("agent", Text, nullable=False),
     Column("outcome", String(16), nullable=False),
     Column("score", Float),
     Column("evaluated_ts", Float, nullable=False, index=True),
@@ -93,15 +94,15 @@ dimensions_table = Table(
     Column("result_id", Integer, primary_key=True),
     Column("dimension", String(128), primary_key=True),
     Column("rubric", String(256), nullable=False),
-    Column("rubric_version", String(64), nullable=False),
-    Column("agent", String(256), nullable=False),
+    Column("rubric_version", Text, nullable=False),
+    Column("agent", Text, nullable=False),
     Column("score", Integer, nullable=False),
     Column("current", Boolean, nullable=False),
     Column("evaluated_ts", Float, nullable=False, index=True),
 )
 failures_table = Table(
     "judge_failures", metadata,
-    Column("conversation_key", String(256), primary_key=True),
+    Column("conversation_key", Text, primary_key=True),
     Column("rubric", String(256), primary_key=True),
     Column("revision", Integer, primary_key=True),
     Column("attempts", Integer, nullable=False),
@@ -171,10 +172,10 @@ class SqlStore:
     def add_spans(
         self, source: str, spans: Sequence[SpanRecord], checkpoint: str, late_turns: LatePolicy
     ) -> StoredSpans:
-        unique = {s.span_id: s for s in spans}
+        unique = {(s.trace_id, s.span_id): s for s in spans}
         with self._tx() as conn:
-            existing = self._existing_span_ids(conn, list(unique))
-            new = [s for sid, s in unique.items() if sid not in existing]
+            existing = self._existing_spans(conn, list(unique))
+            new = [s for ids, s in unique.items() if ids not in existing]
             by_trace: dict[str, list[SpanRecord]] = defaultdict(list)
             for span in new:
                 by_trace[span.trace_id].append(span)
@@ -198,12 +199,16 @@ class SqlStore:
                            reopened=reopened)
 
     @staticmethod
-    def _existing_span_ids(conn: Connection, span_ids: list[str]) -> set[str]:
-        found: set[str] = set()
-        for start in range(0, len(span_ids), _CHUNK):
-            chunk = span_ids[start:start + _CHUNK]
-            found.update(conn.execute(select(spans_table.c.span_id).where(spans_table.c.span_id.in_(chunk)))
-                         .scalars())
+    def _existing_spans(conn: Connection, ids: list[tuple[str, str]]) -> set[tuple[str, str]]:
+        """Which (trace id, span id) pairs are stored already. Looked up by span id, which is selective and
+        portable, then matched on the pair."""
+        found: set[tuple[str, str]] = set()
+        wanted = set(ids)
+        for start in range(0, len(ids), _CHUNK):
+            chunk = [span_id for _, span_id in ids[start:start + _CHUNK]]
+            rows = conn.execute(select(spans_table.c.trace_id, spans_table.c.span_id)
+                                .where(spans_table.c.span_id.in_(chunk)))
+            found.update(pair for pair in ((str(r[0]), str(r[1])) for r in rows) if pair in wanted)
         return found
 
     def _conversation_key(self, conn: Connection, trace_id: str, spans: list[SpanRecord]) -> str:
@@ -219,12 +224,15 @@ class SqlStore:
             conn.execute(insert(traces_table).values(trace_id=trace_id, conversation_key=key,
                                                      from_conversation_id=conversation_id is not None))
             return key
-        # The trace was keyed by its id until a span naming its conversation arrived: move it over.
         old_key = str(row["conversation_key"])
+        old = conn.execute(select(conversations_table).where(conversations_table.c.key == old_key)).mappings().first()
+        if old is not None and old["status"] != "pending":
+            # Scored already under its trace id: it stays there, and the late-turns policy applies to it.
+            return old_key
+        # The trace was keyed by its id until a span naming its conversation arrived: move it over.
         conn.execute(update(traces_table).where(traces_table.c.trace_id == trace_id)
                      .values(conversation_key=key, from_conversation_id=True))
         conn.execute(update(spans_table).where(spans_table.c.trace_id == trace_id).values(conversation_key=key))
-        old = conn.execute(select(conversations_table).where(conversations_table.c.key == old_key)).mappings().first()
         if old is not None:
             conn.execute(delete(conversations_table).where(conversations_table.c.key == old_key))
             self._merge_conversation(conn, key, old["first_span_ts"], old["last_span_ts"], old["span_count"])
@@ -257,8 +265,9 @@ class SqlStore:
             "span_count": row["span_count"] + len(spans),
         }
         outcome = "updated"
-        if row["status"] == "scored":
-            if late_turns == "ignore":
+        if row["status"] != "pending":
+            if late_turns == "ignore" or row["status"] == "pruned":
+                # A pruned conversation's earlier spans are gone: re-scoring it would judge a fragment.
                 return "late_ignored"
             values.update(status="pending", revision=row["revision"] + 1, scored_ts=None)
             outcome = "reopened"
@@ -275,12 +284,14 @@ class SqlStore:
 
     # ② conversations -------------------------------------------------------------------------------------------
 
-    def ready_conversations(self, idle_before: datetime, started_before: datetime) -> list[PendingConversation]:
+    def ready_conversations(self, idle_before: datetime, started_before: datetime,
+                            limit: int | None = None) -> list[PendingConversation]:
         c = conversations_table.c
         query = (select(c.key, c.revision, c.first_span_ts, c.last_span_ts)
                  .where(c.status == "pending")
                  .where((c.last_span_ts <= _ts(idle_before)) | (c.first_span_ts <= _ts(started_before)))
-                 .order_by(c.first_span_ts, c.key))
+                 .order_by(c.first_span_ts, c.key)
+                 .limit(limit))
         with self._tx() as conn:
             rows = conn.execute(query).all()
         return [PendingConversation(r.key, r.revision, _dt(r.first_span_ts), _dt(r.last_span_ts)) for r in rows]
@@ -339,7 +350,9 @@ class SqlStore:
                 if dimension_rows and result.outcome != "unscored":
                     conn.execute(insert(dimensions_table), dimension_rows)
         except IntegrityError:
-            return False
+            if self.has_result(result.conversation_id, result.rubric, result.rubric_version, result.revision):
+                return False
+            raise StoreError(f"result of conversation {result.conversation_id!r} violates a constraint") from None
         return True
 
     def results(self, conversation_id: str | None = None, current_only: bool = False) -> list[EvaluationResult]:
@@ -414,14 +427,11 @@ class SqlStore:
 
     def prune(self, scored_before: datetime) -> int:
         c = conversations_table.c
+        expired = and_(c.status == "scored", c.scored_ts <= _ts(scored_before))
         with self._tx() as conn:
-            keys = list(conn.execute(select(c.key).where(and_(c.status == "scored",
-                                                                c.scored_ts <= _ts(scored_before)))).scalars())
-            removed = 0
-            for start in range(0, len(keys), _CHUNK):
-                chunk = keys[start:start + _CHUNK]
-                removed += conn.execute(delete(spans_table).where(spans_table.c.conversation_key.in_(chunk))
-                                        ).rowcount or 0
+            removed = conn.execute(delete(spans_table).where(
+                spans_table.c.conversation_key.in_(select(c.key).where(expired)))).rowcount or 0
+            conn.execute(update(conversations_table).where(expired).values(status="pruned"))
         return removed
 
     # adaptive rubric items ------------------------------------------------------------------------------------

@@ -66,9 +66,10 @@ def completion(content: str, *, model: str = "scripted", prompt_tokens: int = 10
 
 
 def error(status: int, message: str = "error", code: str = "error",
-          headers: dict[str, str] | None = None) -> Reply:
-    return Reply(status=status, json_body={"error": {"message": message, "type": code, "code": code}},
-                 headers=headers or {})
+          headers: dict[str, str] | None = None, *, param: str | None = None) -> Reply:
+    """An error as OpenAI sends it; ``param`` names the request field at fault (``"response_format"``)."""
+    body = {"message": message, "type": code, "code": code, "param": param}
+    return Reply(status=status, json_body={"error": body}, headers=headers or {})
 
 
 def rate_limited(retry_after: float | None = None, *, retry_after_ms: float | None = None,
