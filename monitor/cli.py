@@ -18,7 +18,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 from pydantic import BaseModel
 
-from monitor.errors import ConfigError
+from monitor.errors import ConfigError, JudgeError
 from monitor.models import Conversation, utc_now
 from monitor.settings import ENV_PREFIX, Settings, load_settings
 
@@ -100,7 +100,11 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         finally:
             await judge.aclose()
 
-    asyncio.run(evaluate_all())
+    try:
+        asyncio.run(evaluate_all())
+    except JudgeError as exc:
+        print(f"rubric-monitor: the judge failed: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -99,9 +99,46 @@ def load_json(text: str) -> Any:
     if isinstance(text, str):
         try:
             return pydantic_core.from_json(text, cache_strings="keys")
-        except ValueError:
-            pass
-    return json.loads(text)
+        except (TypeError, ValueError):
+            pass  # a raw lone surrogate in ``text`` makes pydantic-core raise TypeError
+    # Only this way can a value hold lone surrogates, and one would fail every later UTF-8 encoding (hashing,
+    # storing, the judge's request): they are replaced here, where the cost is paid only for rare texts.
+    return replace_lone_surrogates_in(json.loads(text))
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def replace_lone_surrogates(text: str) -> str:
+    """``text`` with each lone surrogate (half of a UTF-16 pair, as a cut at a character limit leaves) replaced
+    by U+FFFD, so it encodes to UTF-8; ``text`` itself when it has none (the usual, cheap case)."""
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return _SURROGATE.sub("\ufffd", text)
+    return text
+
+
+def replace_lone_surrogates_in(value: Any) -> Any:
+    """``value`` (a decoded JSON value: strings, numbers, lists, dicts) with every string, keys included,
+    passed through ``replace_lone_surrogates``."""
+    if isinstance(value, str):
+        return replace_lone_surrogates(value)
+    if isinstance(value, list):
+        return [replace_lone_surrogates_in(item) for item in value]
+    if isinstance(value, dict):
+        return {replace_lone_surrogates_in(key): replace_lone_surrogates_in(item) for key, item in value.items()}
+    return value
+
+
+def may_hold_lone_surrogates(text: str) -> bool:
+    """Whether decoding the JSON ``text`` with the standard library can give a string with a lone surrogate."""
+    if text.isascii():
+        return "\\u" in text and _SURROGATE_ESCAPE.search(text) is not None
+    return replace_lone_surrogates(text) is not text or _SURROGATE_ESCAPE.search(text) is not None
 
 
 @dataclass(frozen=True)
@@ -122,6 +159,8 @@ def decode_json_text(text: str) -> DecodedJson:
         if _broke_off(text, exc):
             return DecodedJson(truncated=True, error=f"cut short after {len(text)} characters")
         return DecodedJson(error=f"not valid JSON: {exc.msg} at character {exc.pos}")
+    except ValueError as exc:  # an integer literal past Python's digit limit
+        return DecodedJson(error=f"not valid JSON: {exc}")
 
 
 def _broke_off(text: str, exc: json.JSONDecodeError) -> bool:
@@ -139,36 +178,13 @@ def _broke_off(text: str, exc: json.JSONDecodeError) -> bool:
     return _NUMBER_PREFIX.fullmatch(rest) is not None
 
 
-def salvage_array(text: str) -> list[Any]:
-    """The complete leading items of a JSON array whose text was cut short."""
-    scanned, _ = scan_array(text)
-    return [item for _, item in scanned or ()]
-
-
-def scan_array(text: str) -> tuple[list[tuple[str, Any]] | None, bool]:
-    """The items of a JSON array text, each with its own text, and whether the array was complete.
-
-    ``None`` when the text is not an array at all. Decoding item by item gives each item's text for free,
-    which identifies a message repeated in later chat inputs without encoding it again.
-    """
-    position = _skip_space(text, 0)
-    if not text.startswith("[", position):
-        return None, False
-    items: list[tuple[str, Any]] = []
-    position = _skip_space(text, position + 1)
-    if text.startswith("]", position):
-        return items, _skip_space(text, position + 1) == len(text)
-    complete = _scan_items(text, position, items, [])
-    return items, complete
-
-
 def _scan_items(text: str, position: int, items: list[tuple[str, Any]], ends: list[int]) -> bool:
     """Decode the array items from ``position`` (the start of an item) on, appending each with its text and
     where it ends; whether the array closed at the end of ``text``."""
     while True:
         try:
             item, end = _DECODER.raw_decode(text, position)
-        except (json.JSONDecodeError, RecursionError):
+        except (ValueError, RecursionError):  # ValueError: bad JSON, or an integer past the digit limit
             return False
         items.append((text[position:end], item))
         ends.append(end)
@@ -240,7 +256,7 @@ def maybe_json_object(value: Any) -> Any:
     if isinstance(value, str) and value.lstrip().startswith("{"):
         try:
             decoded = load_json(value)
-        except (json.JSONDecodeError, RecursionError):
+        except (ValueError, RecursionError):
             return value
         return decoded if isinstance(decoded, dict) else value
     return value
@@ -264,9 +280,13 @@ class ReadCache:
         self._arrays: dict[str, list[_ScannedArray]] = {}
 
     def scan_array(self, text: str) -> tuple[list[tuple[str, Any]] | None, bool]:
-        """``scan_array(text)``, decoding only the items past the longest prefix shared with an array scanned
-        before: each chat input repeats the previous one and adds the new turns, so decoding every input
-        from its start would cost the square of the conversation's length."""
+        """The items of a JSON array text, each with its own text, and whether the array was complete
+        (``None`` when the text is not an array at all).
+
+        Decoding item by item gives each item's text for free, which identifies a message repeated in later
+        chat inputs without encoding it again. Only the items past the longest prefix shared with an array
+        scanned before are decoded: each chat input repeats the previous one and adds the new turns, so
+        decoding every input from its start would cost the square of the conversation's length."""
         position = _skip_space(text, 0)
         if not text.startswith("[", position):
             return None, False
@@ -275,7 +295,7 @@ class ReadCache:
             return [], _skip_space(text, position + 1) == len(text)
         try:
             first, first_end = _DECODER.raw_decode(text, position)
-        except (json.JSONDecodeError, RecursionError):
+        except (ValueError, RecursionError):  # ValueError: bad JSON, or an integer past the digit limit
             return [], False
         # Arrays are indexed by their text up to the end of the first item: only those can share a prefix.
         head = text[:first_end]
@@ -303,6 +323,8 @@ class ReadCache:
         key = (schema, generation, text)
         found = self._items.get(key)
         if found is None:
+            if may_hold_lone_surrogates(text):
+                item = replace_lone_surrogates_in(item)
             issues = validate_item(schema, item, 0, generation)
             found = (tuple(issues), None if issues else convert(item))
             self._items[key] = found
@@ -499,10 +521,6 @@ def tool_definition_from_json(raw: Mapping[str, Any]) -> ToolDefinition:
     )
 
 
-def text_of(parts: Iterable[Part]) -> str:
-    return "\n".join(part.content for part in parts if part.type == "text" and part.content)
-
-
 # ---- one span --------------------------------------------------------------------------------------------
 
 
@@ -623,7 +641,7 @@ class _ContentBuilder:
                 generation=self.generation,
                 cache=self.cache,
             )
-            text = text_of(self._accept(SYSTEM_INSTRUCTIONS, read_parts))
+            text = Message(role="system", parts=self._accept(SYSTEM_INSTRUCTIONS, read_parts)).text
             if text:
                 self.instructions.append(text)
         if TOOL_DEFINITIONS in attributes:
@@ -641,7 +659,7 @@ class _ContentBuilder:
             if body is None:
                 continue
             if event.name == _LEGACY_INSTRUCTION or event.name == "gen_ai.system.message":
-                text = text_of(content_parts(body.get("content", body.get("text"))))
+                text = Message(role="system", parts=content_parts(body.get("content", body.get("text")))).text
                 if text:
                     self.instructions.append(text)
             elif event.name == _LEGACY_CHOICE:

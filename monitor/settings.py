@@ -76,21 +76,21 @@ class AppInsightsSourceSettings(_Section):
     """Only spans of these agents (``gen_ai.agent.name`` or ``gen_ai.agent.id``); empty means every agent."""
     extra_filter: str | None = None
     """An extra KQL predicate appended as ``| where <extra_filter>``."""
-    overlap_seconds: float = 600.0
+    overlap_seconds: float = Field(default=600.0, ge=0)
     """Each window starts this long before the watermark, so late-ingested rows are read (dedup by span id)."""
-    ingestion_delay_seconds: float = 180.0
+    ingestion_delay_seconds: float = Field(default=180.0, ge=0)
     """Each window ends this long before now: Application Insights ingestion lags by minutes."""
     initial_lookback_seconds: float = 3600.0
     """Where the very first window starts, before any watermark exists."""
-    max_window_seconds: float = 3600.0
+    max_window_seconds: float = Field(default=3600.0, gt=0)
     """A long backlog is read in slices no longer than this."""
-    row_limit: int = 500_000
+    row_limit: int = Field(default=500_000, ge=1)
     """The service's row cap per result; a slice that reaches it is split in halves."""
     max_splits: int = 12
     """How many times a slice may be halved before the cycle gives up (and the watermark stays)."""
     server_timeout_seconds: int = 180
     """How long the service may run one query (``Prefer: wait``; at most 600)."""
-    retry_total: int = 3
+    retry_total: int = Field(default=3, ge=0)
     """Retries per query for 429, 5xx and timeouts (backoff honours Retry-After)."""
     retry_backoff_max_seconds: float = 30.0
     """Longest wait between two retries of a query."""
@@ -100,9 +100,9 @@ SourceSettings = Annotated[OtlpFileSourceSettings | AppInsightsSourceSettings, F
 
 
 class ConversationSettings(_Section):
-    idle_timeout_seconds: float = 300.0
+    idle_timeout_seconds: float = Field(default=300.0, ge=0)
     """A conversation is scored once no span has arrived for it for this long."""
-    max_age_seconds: float = 3600.0
+    max_age_seconds: float = Field(default=3600.0, gt=0)
     """...or once its first span is this old, even if it is still active."""
     late_turns: Literal["ignore", "rescore"] = "ignore"
     """Turns that arrive after a conversation was scored: ignore them, or score again as a new revision that
@@ -165,11 +165,12 @@ class JudgeSettings(_Section):
     endpoint refuses a mode. The mode used is stored with each result."""
     temperature: float = 0.0
     """Sampling temperature of judge calls (raise it with ``samples`` > 1 to get independent votes)."""
-    max_output_tokens: int = 1024
-    """Upper bound on the tokens of one judge reply."""
-    timeout_seconds: float = 60.0
+    max_output_tokens: int = Field(default=1024, ge=16)
+    """Tokens one judge reply may use, at least: evaluators raise it when a reply must hold more (a verdict per
+    dimension, item or sentence), since a reply cut short is invalid JSON."""
+    timeout_seconds: float = Field(default=60.0, gt=0)
     """Timeout of one judge request (the embedded judge uses at least 300 s)."""
-    max_retries: int = 4
+    max_retries: int = Field(default=4, ge=0)
     """Retries for 429, 5xx and timeouts (jittered backoff, honouring Retry-After and x-ratelimit-* headers)."""
     backoff_base_seconds: float = Field(default=0.5, ge=0.0)
     """First backoff after a 5xx, timeout or header-less 429; doubled per retry, jittered."""
@@ -182,19 +183,19 @@ class JudgeSettings(_Section):
     tries the credential again."""
     concurrency: int = Field(default=4, ge=1)
     """Judge calls in flight at once (the embedded judge uses 1)."""
-    requests_per_minute: float | None = None
+    requests_per_minute: float | None = Field(default=None, gt=0)
     """Client-side request rate limit (calls evenly spaced); None: the endpoint's ``x-ratelimit-limit-requests``
     header, or, when it sends none, a rate found from its 429s."""
-    tokens_per_minute: float | None = None
+    tokens_per_minute: float | None = Field(default=None, gt=0)
     """Client-side token rate limit (estimated before the call, corrected by the reported usage); None: the
     endpoint's ``x-ratelimit-limit-tokens`` header, if any."""
     samples: int = Field(default=1, ge=1, le=15)
     """Judge each evaluation this many times; median score per dimension, applicability by majority."""
-    context_token_budget: int = 12_000
+    context_token_budget: int = Field(default=12_000, ge=256)
     """The rendered conversation is kept within this many tokens (instructions, first user turn, latest turns)."""
-    tool_result_max_chars: int = 2_000
+    tool_result_max_chars: int = Field(default=2_000, ge=100)
     """Longer tool results are compacted in the prompt."""
-    cache_size: int = 10_000
+    cache_size: int = Field(default=10_000, ge=0)
     """Verdicts cached by (rendered conversation, rubric version, judge model); 0 disables."""
     prices: dict[str, PriceSettings] = Field(default_factory=dict)
     """Price table by model name, for ``rubric_monitor_judge_cost_usd_total``."""
@@ -216,7 +217,7 @@ class StoreSettings(_Section):
 class MetricsSettings(_Section):
     host: str = "127.0.0.1"
     """Address of the Prometheus endpoint (``/metrics``) and health probes (``/healthz``, ``/readyz``)."""
-    port: int = 9464
+    port: int = Field(default=9464, ge=0, le=65535)
     """Port of the Prometheus endpoint and health probes."""
     windows: tuple[str, ...] = ("1h", "24h", "7d")
     """Rolling windows of the pass-rate and dimension-mean gauges (s, m, h, d units)."""

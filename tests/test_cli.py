@@ -155,3 +155,25 @@ def test_evaluate_runs_every_rubric_kind(tmp_path: Path, rubric: dict[str, objec
     output = json.loads(done.stdout)
     assert (output["rubric"], output["label"], output["score"]) == (rubric["name"], "pass", 1.0)
     assert output["properties"]["details"]
+
+
+def test_a_missing_or_misspelt_kind_is_named(tmp_path: Path) -> None:
+    rubrics = tmp_path / "rubrics"
+    rubrics.mkdir()
+    (rubrics / "typo.yaml").write_text("name: typo\nkind: weigthed\n")
+    config = write_config(tmp_path / "c.yaml", {"rubrics": {"directory": str(rubrics)}})
+    done = run_cli(["check", "--config", str(config)], tmp_path)
+    assert done.returncode == 2
+    assert f"{rubrics / 'typo.yaml'}: kind: must be one of weighted, adaptive" in done.stderr
+    assert "not 'weigthed'" in done.stderr
+
+
+def test_evaluate_reports_an_unreachable_judge_without_a_traceback(tmp_path: Path) -> None:
+    from tests.fakes.openai_server import error
+
+    with ScriptedOpenAIServer(lambda r: error(503, "overloaded", "server_error")) as server:
+        config = write_config(tmp_path / "c.yaml", judge_config(server.base_url))
+        done = run_cli(["evaluate", "--rubric", str(RUBRIC), "--input", str(one_chat(tmp_path)),
+                        "--config", str(config)], tmp_path)
+    assert done.returncode == 1
+    assert "rubric-monitor: the judge failed:" in done.stderr and "Traceback" not in done.stderr

@@ -301,13 +301,13 @@ def test_the_cycle_cap_never_drops_a_conversations_other_rubrics(setup: Setup) -
     monitor.close()
 
 
-def test_a_reply_no_validator_anticipated_is_unscored_after_three_cycles(setup: Setup) -> None:
+def test_an_absurdly_nested_reply_is_an_invalid_reply_not_a_crash(setup: Setup) -> None:
     setup.handler[0] = lambda r: completion("[" * 100_000)  # RecursionError in a naive parser
     monitor = setup.monitor()
-    reports = [monitor.run_cycle() for _ in range(3)]
-    assert all(r.evaluations == {"unscored": 3} for r in reports[:1])  # an invalid reply is final at once
-    assert {r.outcome for r in monitor.store.results()} == {"unscored"}
-    assert len(monitor.store.results()) == 3
+    assert monitor.run_cycle().evaluations == {"unscored": 3}
+    assert {r.unscored_reason for r in monitor.store.results()} == {
+        "invalid_reply: reply is not usable JSON (RecursionError)"}
+    assert monitor.run_cycle().judge_calls == 0
     monitor.close()
 
 

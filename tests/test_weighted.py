@@ -80,3 +80,14 @@ def test_the_schema_requires_every_dimension_and_pins_always_applicable() -> Non
     assert dims["required"] == ["a", "b", "general_quality"]
     assert dims["properties"]["general_quality"]["properties"]["applicable"] == {"type": "boolean", "enum": [True]}
     assert dims["properties"]["a"]["properties"]["score"]["type"] == ["integer", "null"]
+
+
+def test_a_score_equal_to_the_threshold_passes() -> None:
+    # weights 1, 4 and 5 (residual), scores 2, 3, 4: exactly 34/50 = 0.68; dividing twice gives 0.6799999999999999
+    equal = parse_rubric({"name": "r", "pass_threshold": 0.68, "dimensions": [
+        {"id": "a", "description": "A", "weight": 1}, {"id": "b", "description": "B", "weight": 4}]}, "r.yaml")
+    assert isinstance(equal, WeightedRubric)
+    dims = tuple(DimensionScore(id=d.id, score=s, applicable=True, weight=d.weight)
+                 for d, s in zip(equal.dimensions, (2, 3, 4), strict=True))
+    result = foundry_score(dims, equal)
+    assert result.score == 0.68 and result.passed

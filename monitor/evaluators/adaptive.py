@@ -51,9 +51,8 @@ from monitor.rubrics.kinds import AdaptiveRubric
 IMPORTANCE = ("high", "medium", "low")
 MAX_WAITS = 3
 """How often an evaluation waits for another one's generation of the same items before generating itself."""
-REPLY_FOCUS = (
-    "The reply being judged is the last assistant turn shown (index {index}); earlier turns are its context."
-)
+REPLY_FOCUS = "The reply being judged is the last assistant turn shown; earlier turns are its context."
+"""No index: the views renumber the turns they show, so an index would point at the wrong turn."""
 
 GENERATION_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -360,8 +359,7 @@ def items_key(rubric: AdaptiveRubric, system: str, material: str) -> str:
 
 def _validation_prompt(items: Sequence[RubricItem], target: Target, rendered: str) -> str:
     checklist = "\n".join(f"{item.id}: {escape_data(item.question)}" for item in items)
-    focus = REPLY_FOCUS.format(index=target.response_index)
-    return f"<checklist>\n{checklist}\n</checklist>\n{focus}\n{rendered}"
+    return f"<checklist>\n{checklist}\n</checklist>\n{REPLY_FOCUS}\n{rendered}"
 
 
 def _reason(rows: list[dict[str, Any]]) -> str:

@@ -24,6 +24,7 @@ from monitor.evaluators.base import (
 )
 from monitor.evaluators.cache import VerdictCache
 from monitor.evaluators.prompts import TURN_FOCUS, WEIGHTED_INSTRUCTIONS
+from monitor.evaluators.views import judge_each_reply, output_budget
 from monitor.judge.base import JudgeRequest
 from monitor.judge.render import render_conversation
 from monitor.models import Conversation, DimensionScore, EvaluationResult
@@ -124,9 +125,10 @@ def foundry_score(dimensions: Sequence[DimensionScore], rubric: WeightedRubric) 
     scored = [d for d in dimensions if d.applicable and d.score is not None]
     if not scored:
         return FoundryScore(None, False, "No dimension was applicable.")
-    total_weight = sum(d.weight for d in scored)
-    mean = sum(d.weight * (d.score or 0) for d in scored) / total_weight
-    score = mean / 5 if rubric.normalization == "div5" else (mean - 1) / 4
+    # One division of exact integers, so a score that equals the threshold compares equal to it.
+    weights = sum(d.weight for d in scored)
+    weighted = sum(d.weight * (d.score or 0) for d in scored)
+    score = weighted / (5 * weights) if rubric.normalization == "div5" else (weighted - weights) / (4 * weights)
     ones = [d for d in scored if d.score == 1]
     passed = score >= rubric.pass_threshold and not ones
     return FoundryScore(score, passed, _reason(scored, ones, passed))
@@ -169,9 +171,13 @@ class WeightedEvaluator:
         self, conversation: Conversation, rubric: WeightedRubric, context: EvaluationContext
     ) -> list[EvaluationResult]:
         if rubric.evaluation_level == "conversation":
+            # The whole conversation is judged even when the agent never answered in text (a transfer, a
+            # silent failure): that is part of what the rubric scores.
             return [await self._evaluate_unit(conversation, rubric, context, None)]
-        turns = [i for i, m in enumerate(conversation.messages) if m.role == "assistant" and m.text]
-        return [await self._evaluate_unit(conversation, rubric, context, i) for i in turns]
+        return await judge_each_reply(
+            conversation, rubric, context,
+            lambda target: self._evaluate_unit(conversation, rubric, context, target.turn_index),
+        )
 
     async def _evaluate_unit(
         self, conversation: Conversation, rubric: WeightedRubric, context: EvaluationContext, turn: int | None
@@ -190,7 +196,8 @@ class WeightedEvaluator:
             schema_name="rubric_verdict",
             model=rubric.judge_model,
             temperature=settings.temperature,
-            max_output_tokens=settings.max_output_tokens,
+            # about 120 tokens per dimension: reason, applicability, score
+            max_output_tokens=output_budget(context, 120 * len(rubric.dimensions) + 100),
             rubric=rubric.name,
         )
         cache_key = (rendered.text, rubric.name, rubric.version, model, turn)

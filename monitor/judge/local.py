@@ -82,6 +82,9 @@ class LocalModelServer:
 REASON_MAX_CHARS = 160
 """A small model fills free text until max_tokens; on 2 CPU cores every reply token costs ~40 ms."""
 
+PROMPT_OVERHEAD_TOKENS = 700
+"""Instructions and rubric around the rendered conversation, in tokens (the weighted prompt is about 600)."""
+
 LOCAL_MIN_TIMEOUT_SECONDS = 300.0
 """Reading a long transcript on a shared CPU takes minutes, not seconds."""
 
@@ -89,10 +92,14 @@ LOCAL_MIN_TIMEOUT_SECONDS = 300.0
 def local_judge_settings(settings: JudgeSettings) -> JudgeSettings:
     """What the embedded judge changes in the judge settings: one call at a time (llama.cpp would split the two
     cores between parallel requests and finish none sooner), and a timeout sized for a CPU."""
+    # The prompt must fit the model's window with room for the reply and the instructions around the
+    # conversation; otherwise llama.cpp refuses every long conversation.
+    window = settings.local.context_tokens - settings.max_output_tokens - PROMPT_OVERHEAD_TOKENS
     return settings.model_copy(update={
         "concurrency": 1,
         "timeout_seconds": max(settings.timeout_seconds, LOCAL_MIN_TIMEOUT_SECONDS),
         "response_mode": "json_schema",
+        "context_token_budget": max(256, min(settings.context_token_budget, window)),
     })
 
 

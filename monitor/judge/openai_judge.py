@@ -6,27 +6,39 @@ caller through the limiter, and counted.
 
 Decisions worth knowing:
 
-- **Response mode.** ``auto`` tries strict ``json_schema``; an endpoint that refuses it (400/422) is asked
-  again in ``json_object`` mode, then with the schema in the instructions (``prompt``). The mode that worked
-  is remembered per model and recorded in every ``JudgeReply``. Content is never validated here: a malformed,
-  truncated or out-of-range reply is returned as it came, and the evaluator turns it unscored.
+- **Response mode.** ``auto`` tries strict ``json_schema``; an endpoint that refuses it (a 400/422 naming
+  ``response_format``, a JSON schema or structured outputs) is asked again in ``json_object`` mode, then with
+  the schema in the instructions (``prompt``). The mode that worked is remembered per model and recorded in
+  every ``JudgeReply``. A 400 about anything else never changes the mode. Content is never validated here: a
+  malformed, truncated or out-of-range reply is returned as it came, and the evaluator turns it unscored.
+- **Other 400s.** ``max_tokens`` refused in favour of ``max_completion_tokens`` (or the reverse), or an
+  unsupported ``temperature``, changes the request's shape for that model. A prompt longer than the model's
+  context (OpenAI's ``context_length_exceeded``, vLLM's "maximum context length", llama.cpp's
+  ``exceed_context_size``) or a content filter raises ``JudgeRefused``. Any other 400 ("max_tokens is too
+  large", a temperature out of range, or a reply budget larger than the whole context) is the settings'
+  fault: a plain ``JudgeError``.
 - **Refusals.** A ``message.refusal`` or a ``content_filter`` finish raises ``JudgeModelRefused`` (a
   ``JudgeRefused``) carrying the reply, so the evaluation is unscored with the model's own words and without a
   pointless second ask, while its tokens and cost remain visible (``exc.reply``).
 - **Throughput.** At most ``concurrency`` calls in flight, evenly spaced by the limiter at
   ``requests_per_minute`` / ``tokens_per_minute``. A limit the settings leave open is taken from the endpoint's
   ``x-ratelimit-limit-*`` headers, or, when it announces none, found from its 429s (AIMD). A 429 pauses every
-  caller for its ``Retry-After``; 5xx and timeouts back off with jitter; ``max_retries`` bounds both.
+  caller for its ``Retry-After`` (or the reset of a quota whose ``x-ratelimit-remaining-*`` is 0; a 429
+  saying neither backs off with jitter); 5xx and timeouts back off with jitter; ``max_retries`` bounds both.
+- **Spent quota.** A 429 asking to wait longer than ``max_retry_wait_seconds`` fails its call, pauses no one,
+  and makes every later call fail at once with ``JudgeRateLimited``, without a request or a wait, until that
+  time has passed; then calls flow again. The pipeline keeps those evaluations pending.
 - **Final or not.** ``JudgeRefused`` means "about this conversation, asking again gets the same": the model
-  refused, a content filter, a context too long. An endpoint that rejects every request (404, an unsupported
-  forced ``response_mode``) raises a plain ``JudgeError`` (outcome ``error``), which the pipeline retries later.
+  refused, a content filter, a context too long. An endpoint that rejects every request (404, a 400 about the
+  settings, an unsupported forced ``response_mode``, every response mode refused) raises a plain
+  ``JudgeError`` (outcome ``error``), which the pipeline retries later.
 - **Credentials.** A 401/403 (or an Entra ID credential that cannot produce a token) logs one line, sets
   ``rubric_monitor_judge_up`` to 0 and makes every later call fail fast with ``JudgeAuthError``, without a
   request, until ``auth_reprobe_seconds`` have passed; then a single call tries the credential again.
 - **Metrics.** Every ``complete`` ends in exactly one ``rubric_monitor_judge_requests{outcome}`` count:
-  ``ok`` or the ``outcome`` of the ``JudgeError`` it raised (fail-fast auth calls included). ``ok`` means the
-  transport succeeded; the evaluator reports replies it then rejects through ``record_invalid_reply``, so
-  ``invalid_reply`` is a subset of ``ok``, not an alternative to it.
+  ``ok`` or the ``outcome`` of the ``JudgeError`` it raised (fail-fast auth and spent-quota calls included).
+  ``ok`` means the transport succeeded; the evaluator reports replies it then rejects through
+  ``record_invalid_reply``, so ``invalid_reply`` is a subset of ``ok``, not an alternative to it.
 """
 
 from __future__ import annotations
@@ -69,7 +81,15 @@ AUTO_MODES: tuple[ResponseMode, ...] = ("json_schema", "json_object", "prompt")
 _MAX_ADAPTATIONS = 4
 """Request-shape fallbacks (mode, token parameter, temperature) one call may make before it gives up."""
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
-_REFUSAL_MARKERS = ("context_length", "maximum context length", "content_filter", "content management policy")
+_CONTEXT_EXCEEDED = (
+    "context_length_exceeded", "maximum context length", "exceeds the available context size",
+    "exceed_context_size", "string_above_max_length",
+)
+"""A 400 about this conversation's size: OpenAI and vLLM, llama.cpp, a message longer than OpenAI accepts."""
+_CONTENT_FILTERED = ("content_filter", "content management policy")
+_RESPONSE_FORMAT = ("response_format", "json_schema", "json_object", "structured output", "schema")
+"""A 400 mentioning one of these is about the response mode, and another mode may be accepted."""
+_CONTEXT_SIZE = re.compile(r"maximum context length is (\d+)")
 _UNSUPPORTED = re.compile(
     r"unsupported|unrecognized|not supported|does not support|unknown|not permitted|not allowed"
 )
@@ -91,11 +111,13 @@ class _CredentialUnavailable(Exception):
 
 
 class _Retryable(Exception):
-    def __init__(self, reason: RetryReason, server_wait: float | None, final: JudgeError) -> None:
+    def __init__(self, reason: RetryReason, server_wait: float | None, final: JudgeError,
+                 detail: str = "") -> None:
         super().__init__(str(final))
         self.reason = reason
         self.server_wait = server_wait
         self.final = final
+        self.detail = detail
 
 
 class _Adapted(Exception):
@@ -135,7 +157,9 @@ def parse_duration(value: str) -> float | None:
 
 def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
     """How long a 429 (or 503) asks us to wait: ``retry-after-ms``, ``retry-after`` (seconds or HTTP date), or
-    the reset of whichever ``x-ratelimit-remaining-*`` quota is spent. None when the reply says nothing."""
+    the reset of whichever ``x-ratelimit-remaining-*`` quota is spent (0 remaining). None when the reply says
+    nothing: the reset of a quota that is not spent times its full refill (minutes for OpenAI's tokens), not
+    how soon one more call fits, so it is no answer."""
     lowered = {k.lower(): v for k, v in headers.items()}
     if (ms := lowered.get("retry-after-ms")) is not None:
         try:
@@ -146,7 +170,7 @@ def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
         seconds = _retry_after_value(after)
         if seconds is not None:
             return seconds
-    resets = quota_resets(lowered, only_exhausted=True) or quota_resets(lowered, only_exhausted=False)
+    resets = quota_resets(lowered, only_exhausted=True)
     return max(resets) if resets else None
 
 
@@ -239,6 +263,7 @@ class OpenAIJudge:
         self._prompt_token_ratio = 1.0
         self._auth_failed_at: float | None = None
         self._auth_probe_running = False
+        self._quota_blocked_until: float | None = None
         self._unpriced_models: set[str] = set()
         self._announced_limits: dict[str, int] = {}
         self._adaptive_rate = AdaptiveRequestRate()
@@ -316,6 +341,7 @@ class OpenAIJudge:
 
     async def complete(self, request: JudgeRequest) -> JudgeReply:
         model = request.model or self.model
+        self._enter_quota_gate(model)
         is_probe = self._enter_auth_gate(model)
         started = time.monotonic()
         try:
@@ -351,8 +377,10 @@ class OpenAIJudge:
             except _Retryable as signal:
                 wait = self._retry_wait(signal, retries)
                 if signal.reason == "rate_limited":
+                    if wait > self._settings.max_retry_wait_seconds:
+                        raise self._close_quota_gate(model, wait, signal.detail) from signal
                     # Everyone waits, not only this call: the quota is shared.
-                    self._limiter.pause_for(min(wait, self._settings.max_retry_wait_seconds))
+                    self._limiter.pause_for(wait)
                 if retries >= self._settings.max_retries or wait > self._settings.max_retry_wait_seconds:
                     raise signal.final from signal
                 retries += 1
@@ -372,6 +400,10 @@ class OpenAIJudge:
         async with self._semaphore:
             permit = await self._limiter.acquire(call.prompt_tokens_estimate + call.max_output_tokens)
             self._metrics.judge_limiter_wait.labels(self.model).set(permit.waited_seconds)
+            if (blocked := self._quota_gate_error(model)) is not None:
+                # The quota was found spent while this call queued or backed off: no request either.
+                self._limiter.settle(permit, 0)
+                raise blocked
             try:
                 async with asyncio.timeout(self._settings.timeout_seconds):
                     raw = await self._client.chat.completions.with_raw_response.create(**call.arguments)
@@ -462,7 +494,7 @@ class OpenAIJudge:
                 self._limiter.set_request_limit(rpm)
             limited = JudgeRateLimited(f"judge model {model}: rate limited past {self._settings.max_retries} "
                                        f"retries ({detail})")
-            return _Retryable("rate_limited", retry_after_seconds(exc.response.headers), limited)
+            return _Retryable("rate_limited", retry_after_seconds(exc.response.headers), limited, detail)
         if status in (400, 422):
             return self._adapt_or_refuse(exc, model, call, state, detail)
         if status >= 500 or status in (408, 409):
@@ -477,8 +509,14 @@ class OpenAIJudge:
     def _adapt_or_refuse(
         self, exc: openai.APIStatusError, model: str, call: _Call, state: _ModelState, detail: str
     ) -> Exception:
+        """A 400/422. The request's shape is changed only when the endpoint refuses a part of it that has an
+        alternative (token parameter, temperature, response mode); ``JudgeRefused`` (final) only when this
+        conversation is at fault; anything else is the settings' fault: a plain ``JudgeError``, the evaluation
+        stays pending and the model's state is left alone."""
         text = f"{exc.code or ''} {exc.param or ''} {_error_message(exc)}".lower()
-        if any(marker in text for marker in _REFUSAL_MARKERS):
+        if any(marker in text for marker in _CONTEXT_EXCEEDED):
+            return self._context_exceeded(exc, model, call, detail)
+        if any(marker in text for marker in _CONTENT_FILTERED):
             return JudgeRefused(f"judge model {model}: {detail}")
         if state.token_parameter in text and _UNSUPPORTED.search(text):
             state.token_parameter = "max_tokens" if state.token_parameter == "max_completion_tokens" else (
@@ -487,18 +525,66 @@ class OpenAIJudge:
         if state.send_temperature and "temperature" in text and _UNSUPPORTED.search(text):
             state.send_temperature = False
             return _Adapted(detail)
-        if self._modes[state.mode_index] == call.mode and state.mode_index + 1 < len(self._modes):
+        if any(marker in text for marker in _RESPONSE_FORMAT):
+            return self._next_mode(model, call, state, detail)
+        # "max_tokens is too large", a temperature out of range: every conversation would get the same answer.
+        return JudgeError(f"judge model {model}: endpoint rejects the request ({detail}); check judge.model, "
+                          "judge.max_output_tokens and judge.temperature")
+
+    def _context_exceeded(self, exc: openai.APIStatusError, model: str, call: _Call, detail: str) -> JudgeError:
+        size = _context_size(exc)
+        if size is not None and call.max_output_tokens >= size:
+            # vLLM says "maximum context length" when the reply budget alone overflows it: no prompt would fit.
+            return JudgeError(f"judge model {model}: a reply budget of {call.max_output_tokens} tokens leaves no "
+                              f"room for a prompt in its context of {size} ({detail}); lower "
+                              "judge.max_output_tokens")
+        return JudgeRefused(f"judge model {model}: the conversation does not fit its context ({detail})")
+
+    def _next_mode(self, model: str, call: _Call, state: _ModelState, detail: str) -> Exception:
+        if self._modes[state.mode_index] != call.mode:
+            return _Adapted(detail)  # a concurrent call already moved on; try its mode
+        if state.mode_index + 1 < len(self._modes):
             state.mode_index += 1
             logger.warning("judge model %s: endpoint refused response mode %s (%s); using %s from now on",
                            model, call.mode, detail, self._modes[state.mode_index])
             return _Adapted(detail)
-        if self._modes[state.mode_index] != call.mode:
-            return _Adapted(detail)  # a concurrent call already moved on; try its mode
         if len(self._modes) == 1 and call.mode != "prompt":
             return JudgeError(f"judge model {model}: endpoint refuses judge.response_mode {call.mode} ({detail}); "
                               "set judge.response_mode: auto to fall back")
-        return JudgeRefused(f"judge model {model}: endpoint refused the request in mode {call.mode}: "
-                            f"{detail}")
+        return JudgeError(f"judge model {model}: endpoint refused the request in response mode {call.mode}, "
+                          f"the last to try ({detail})")
+
+    # -- spent quota -----------------------------------------------------------------------------------------
+
+    def _quota_gate_error(self, model: str) -> JudgeRateLimited | None:
+        """While a spent quota has not reset: the error every call fails with at once, without a request."""
+        if self._quota_blocked_until is None:
+            return None
+        left = self._quota_blocked_until - time.monotonic()
+        if left <= 0:
+            self._quota_blocked_until = None
+            logger.warning("judge model %s: rate limit reset; judge calls resume", self.model)
+            return None
+        return JudgeRateLimited(f"judge model {model}: rate limit spent; no judge calls until it resets in "
+                                f"{left:.1f}s")
+
+    def _enter_quota_gate(self, model: str) -> None:
+        if (blocked := self._quota_gate_error(model)) is not None:
+            self._metrics.judge_requests.labels(model, "rate_limited").inc()
+            raise blocked
+
+    def _close_quota_gate(self, model: str, wait: float, detail: str) -> JudgeRateLimited:
+        # Pausing every caller for up to max_retry_wait_seconds, only for the next to get another 429, made a
+        # cycle with a spent quota last for hours; failing fast leaves the evaluations pending for a later one.
+        now = time.monotonic()
+        until = now + wait
+        if self._quota_blocked_until is None or self._quota_blocked_until <= now:
+            logger.warning("judge model %s: rate limit spent (%s); judge calls fail at once for %.1fs",
+                           model, detail, wait)
+        self._quota_blocked_until = max(until, self._quota_blocked_until or now)
+        limit = self._settings.max_retry_wait_seconds
+        return JudgeRateLimited(f"judge model {model}: rate limit asks to wait {wait:.1f}s, more than "
+                                f"judge.max_retry_wait_seconds ({limit:g}s); no judge calls until then ({detail})")
 
     # -- credential state ------------------------------------------------------------------------------------
 
@@ -621,6 +707,15 @@ def _error_message(exc: openai.APIStatusError) -> str:
     if isinstance(body, dict) and body.get("message"):
         return str(body["message"])
     return exc.message
+
+
+def _context_size(exc: openai.APIStatusError) -> int | None:
+    """The model's context in tokens, when the error says it: llama.cpp's ``n_ctx``, or OpenAI/vLLM's text."""
+    body = exc.body
+    if isinstance(body, dict) and isinstance(body.get("n_ctx"), int):
+        return int(body["n_ctx"])
+    found = _CONTEXT_SIZE.search(_error_message(exc))
+    return int(found.group(1)) if found else None
 
 
 def _guarded_token_provider(credential: Any) -> Callable[[], Awaitable[str]]:

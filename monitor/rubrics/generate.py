@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 import yaml
 
-from monitor.errors import ConfigError, MonitorError
+from monitor.errors import ConfigError, JudgeError, MonitorError
 from monitor.evaluators.base import InvalidReply, JudgeUsage, ask_judge, system_and_user
 from monitor.judge.base import Judge, JudgeRequest
 from monitor.judge.render import escape_data, render_conversation
@@ -350,7 +350,10 @@ async def generate_rubric(
     request = JudgeRequest(messages=system_and_user(system, user), schema=GENERATION_SCHEMA,
                            schema_name="rubric_definition", model=model)
     usage = JudgeUsage()
-    asked = await ask_judge(judge, request, lambda reply: parse_proposal(reply, category), usage)
+    try:
+        asked = await ask_judge(judge, request, lambda reply: parse_proposal(reply, category), usage)
+    except JudgeError as exc:
+        raise GenerationFailed(f"rubric generation failed: the judge is unavailable: {exc}") from exc
     if asked.value is None:
         raise GenerationFailed(f"rubric generation failed: {asked.error}")
     document = _document(asked.value, name, category, previous)

@@ -15,6 +15,7 @@ from monitor.errors import RubricError
 from monitor.rubrics.schema import Rubric
 
 RUBRIC_SUFFIXES = (".yaml", ".yml", ".json")
+RUBRIC_KINDS = ("weighted", "adaptive", "grounding", "hallucination", "safety", "final_response_match")
 _ADAPTER: TypeAdapter[Rubric] = TypeAdapter(Rubric)
 
 
@@ -63,18 +64,24 @@ def parse_rubric(data: Any, where: str) -> Rubric:
     try:
         return _ADAPTER.validate_python(data)
     except ValidationError as exc:
-        first = exc.errors()[0]
+        # A bad dimension also empties the list, which pydantic reports as a second, consequential error.
+        errors = [e for e in exc.errors() if e["type"] != "too_short" or len(exc.errors()) == 1]
+        first = errors[0]
         # Drop the union tag pydantic puts first ("weighted.dimensions.0.weight" -> "dimensions.0.weight").
         loc = [str(p) for p in first["loc"]]
         if loc and loc[0] == str(data.get("kind")):
             loc = loc[1:]
         message = first["msg"]
+        if first["type"] in ("union_tag_invalid", "union_tag_not_found"):
+            loc = ["kind"]
+            message = f"must be one of {', '.join(RUBRIC_KINDS)}" + (
+                f", not {data.get('kind')!r}" if "kind" in data else " (or give 'dimensions' for a weighted rubric)")
         if message.startswith("Value error, "):
             message = message.removeprefix("Value error, ")
             if ": " in message and not loc:
                 field, _, message = message.partition(": ")
                 loc = [field]
-        more = f" (and {len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
         raise RubricError(where, ".".join(loc) or None, message + more) from exc
 
 
