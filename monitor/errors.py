@@ -10,7 +10,7 @@
     │   ├── JudgeAuthError     401/403: calls to this judge stop until the credential works
     │   ├── JudgeRateLimited   429 past the retry budget
     │   ├── JudgeUnavailable   5xx or timeout past the retry budget
-    │   └── JudgeRefused       the endpoint refuses the request (400), e.g. an unsupported response format
+    │   └── JudgeRefused       a final answer about this prompt: the model declined, or it exceeds the context
     └── StoreError             the result store is unreachable
 
 At run time a stage failure is logged, counted and isolated; only ``ConfigError`` stops the daemon, and only at

@@ -94,7 +94,8 @@ def load_json(text: str) -> Any:
     accepts to the same values (numbers included). It is the stricter of the two: it rejects what
     ``json.loads`` rejects (bad syntax, raw control characters, over-long integers) and also refuses lone
     surrogates and nesting past 200 levels. Whatever it refuses goes to ``json.loads``, which decides, so the
-    result and the exception (``json.JSONDecodeError``, ``RecursionError``) are the standard library's.
+    result and the exception (``json.JSONDecodeError``, ``RecursionError``, or ``ValueError`` for an integer
+    past the digit limit) are the standard library's, except that lone surrogates are replaced by U+FFFD.
     """
     if isinstance(text, str):
         try:
@@ -384,9 +385,16 @@ def read_system_instructions(
     """Parts of ``gen_ai.system_instructions``; plain text that is not JSON is taken as one text part."""
     if isinstance(value, str) and not value.lstrip().startswith(("[", "{")):
         # Several producers write the instructions themselves rather than a JSON array of parts.
-        parts = (Part(type="text", content=value),) if value.strip() else ()
-        return AttributeRead(parts, present=True, truncated=truncated)
-    return _read_array(value, "system-instructions", part_from_json, truncated, generation, cache)
+        return _text_part(value, truncated)
+    # Plain text may start with a bracket too ("[Role] You are ..."): text that is neither JSON nor JSON cut
+    # short is read as the text it is, never dropped as invalid JSON.
+    return _read_array(value, "system-instructions", part_from_json, truncated, generation, cache,
+                       plain_text=_text_part)
+
+
+def _text_part(text: str, truncated: bool) -> AttributeRead[Part]:
+    parts = (Part(type="text", content=text),) if text.strip() else ()
+    return AttributeRead(parts, present=True, truncated=truncated)
 
 
 def read_tool_definitions(
@@ -406,7 +414,9 @@ def _read_array(
     truncated_hint: bool,
     generation: Generation,
     cache: ReadCache | None,
+    plain_text: Callable[[str, bool], AttributeRead[T]] | None = None,
 ) -> AttributeRead[T]:
+    """``plain_text`` reads a text that is not JSON and was not cut from JSON, where plain text is plausible."""
     if value is None or (isinstance(value, str) and not value.strip()):
         # An empty value is what a source gives for content it did not capture: absent, not cut short.
         return AttributeRead()
@@ -414,7 +424,7 @@ def _read_array(
     if isinstance(value, str):
         return reader.value(
             schema, generation, value, truncated_hint,
-            lambda: _read_array_text(value, schema, convert, truncated_hint, generation, reader),
+            lambda: _read_array_text(value, schema, convert, truncated_hint, generation, reader, plain_text),
         )
     document = list(value) if isinstance(value, tuple) else value
     if not isinstance(document, list):
@@ -430,6 +440,7 @@ def _read_array_text(
     truncated_hint: bool,
     generation: Generation,
     reader: ReadCache,
+    plain_text: Callable[[str, bool], AttributeRead[T]] | None,
 ) -> AttributeRead[T]:
     items, complete = reader.scan_array(text)
     if items is not None and complete:
@@ -442,6 +453,8 @@ def _read_array_text(
         # Valid JSON that is not an array: the schema check says what it is instead.
         issues = validate_document(schema, decoded.value, generation)
         return AttributeRead(present=True, error=_describe(issues))
+    if plain_text is not None and not decoded.truncated:
+        return plain_text(text, truncated_hint)
     if decoded.truncated or truncated_hint:
         return _read_items(items or [], schema, convert, truncated_hint, True, generation, reader)
     return AttributeRead(present=True, error=decoded.error)
@@ -694,8 +707,11 @@ class _ContentBuilder:
         if decoded.truncated:
             self.truncated = True
             return None
-        if decoded.error is not None or not isinstance(decoded.value, dict):
-            self.reject("invalid_legacy_event", f"event {event.name}: {decoded.error or 'not an object'}")
+        if decoded.error is not None:
+            # Not JSON, and not JSON cut short: message text that happens to start with a brace.
+            return {"content": raw}
+        if not isinstance(decoded.value, dict):
+            self.reject("invalid_legacy_event", f"event {event.name}: not an object")
             return None
         return decoded.value
 

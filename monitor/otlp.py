@@ -3,8 +3,9 @@
 One line of the file is one ``{"resourceSpans": [...]}`` object (the OpenTelemetry collector's ``file``
 exporter and the SDKs' OTLP/JSON encoding): resourceSpans → scopeSpans → spans, attributes as
 ``[{key, value: AnyValue}]``, ids in hex, times as nanosecond strings. A span that cannot be read (missing
-ids, bad time) is rejected with a reason and the rest of the line is still read: one broken span never
-costs its neighbours.
+ids, bad time, a value of the wrong type) is rejected with a reason and the rest of the line is still read:
+one broken span never costs its neighbours. Lone surrogates (JSON allows ``"\ud83d"``; UTF-8 does not) are
+replaced by U+FFFD in every string read, so no record fails to encode later.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from monitor.genai import replace_lone_surrogates, replace_lone_surrogates_in
 from monitor.models import SpanEvent, SpanRecord
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -60,7 +62,7 @@ def parse_otlp_line(line: str) -> ParseResult:
     """Spans of one line of an OTLP JSON file; a line that is not JSON is one rejection, not an exception."""
     try:
         document = json.loads(line)
-    except (json.JSONDecodeError, RecursionError):
+    except (ValueError, RecursionError):  # ValueError: bad JSON, or an integer past the digit limit
         return [], {"invalid_json": 1}
     if not isinstance(document, dict):
         return [], {"not_an_otlp_object": 1}
@@ -94,6 +96,9 @@ def parse_otlp_document(doc: Mapping[str, Any]) -> ParseResult:
                     spans.append(_parse_span(raw, resource, rejected))
                 except OtlpFormatError as exc:
                     rejected[exc.reason] += 1
+                except (TypeError, ValueError, OverflowError):
+                    # A field of the wrong type or size ("events": 5, "values": 5): this span only.
+                    rejected["malformed_span"] += 1
     return spans, dict(rejected)
 
 
@@ -106,7 +111,9 @@ def _resource_attributes(resource_span: Mapping[str, Any], rejected: Counter[str
         return parse_attributes(resource.get("attributes"))
     except OtlpFormatError as exc:
         rejected[exc.reason] += 1
-        return {}
+    except (TypeError, ValueError, OverflowError):
+        rejected["malformed_resource"] += 1
+    return {}
 
 
 def _parse_span(raw: Any, resource: dict[str, Any], rejected: Counter[str]) -> SpanRecord:
@@ -126,12 +133,14 @@ def _parse_span(raw: Any, resource: dict[str, Any], rejected: Counter[str]) -> S
         except OtlpFormatError as exc:
             # A bad event loses only itself: the span and its other events are still good evidence.
             rejected[exc.reason] += 1
+        except (TypeError, ValueError, OverflowError):
+            rejected["malformed_event"] += 1
     try:
         return SpanRecord(
             trace_id=trace_id,
             span_id=span_id,
             parent_span_id=parent_span_id,
-            name=str(raw.get("name") or ""),
+            name=_text(raw.get("name") or ""),
             kind=_parse_kind(raw.get("kind")),
             start_time=start_time,
             end_time=end_time,
@@ -148,7 +157,7 @@ def _parse_event(raw: Any) -> SpanEvent:
     if not isinstance(raw, dict):
         raise OtlpFormatError("malformed_event", "an event is not an object")
     return SpanEvent(
-        name=str(raw.get("name") or ""),
+        name=_text(raw.get("name") or ""),
         time=parse_unix_nanos(raw.get("timeUnixNano"), "event timeUnixNano", reason="invalid_event_time"),
         attributes=parse_attributes(raw.get("attributes")),
     )
@@ -184,7 +193,7 @@ def parse_unix_nanos(value: Any, field: str, reason: str = "invalid_time") -> da
         raise OtlpFormatError(reason, f"{field} is missing")
     try:
         nanos = int(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: Infinity, which json.loads accepts
         raise OtlpFormatError(reason, f"{field} {str(value)[:40]!r} is not an integer") from None
     if nanos <= 0 or nanos > _MAX_UNIX_NANOS:
         raise OtlpFormatError(reason, f"{field} {nanos} is out of range")
@@ -217,7 +226,7 @@ def parse_attributes(raw: Any) -> dict[str, Any]:
     result: dict[str, Any] = {}
     for entry in raw:
         if isinstance(entry, dict) and isinstance(entry.get("key"), str):
-            result[entry["key"]] = parse_any_value(entry.get("value"))
+            result[replace_lone_surrogates(entry["key"])] = parse_any_value(entry.get("value"))
     return result
 
 
@@ -226,7 +235,7 @@ def parse_any_value(value: Any) -> Any:
     if not isinstance(value, dict):
         return None
     if "stringValue" in value:
-        return value["stringValue"]
+        return replace_lone_surrogates_in(value["stringValue"])
     if "boolValue" in value:
         return bool(value["boolValue"])
     if "intValue" in value:
@@ -240,23 +249,29 @@ def parse_any_value(value: Any) -> Any:
         kvlist = value["kvlistValue"] or {}
         return parse_attributes(kvlist.get("values")) if isinstance(kvlist, dict) else {}
     if "bytesValue" in value:
-        return value["bytesValue"]
+        return replace_lone_surrogates_in(value["bytesValue"])
     return None
 
 
 def _int_value(value: Any) -> int | str:
+    # An intValue that is no integer (1e400 reads as inf) stays as its text, like any value we cannot type.
     try:
         return int(value)
-    except (TypeError, ValueError):
-        return str(value)
+    except (TypeError, ValueError, OverflowError):
+        return _text(value)
 
 
 def _double_value(value: Any) -> float | str:
     # proto3 JSON spells non-finite doubles as the strings "NaN", "Infinity", "-Infinity".
     try:
         return float(value)
-    except (TypeError, ValueError):
-        return str(value)
+    except (TypeError, ValueError, OverflowError):
+        return _text(value)
+
+
+def _text(value: Any) -> str:
+    """``str(value)``, encodable as UTF-8."""
+    return replace_lone_surrogates(str(value))
 
 
 # ---- writing ------------------------------------------------------------------------------------------

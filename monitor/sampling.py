@@ -19,7 +19,3 @@ def sample_position(conversation_id: str) -> float:
 def is_sampled(conversation_id: str, rate: float) -> bool:
     return rate >= 1.0 or sample_position(conversation_id) < rate
 
-
-def describe(rate: float) -> str:
-    """How results record the sampler that selected them (like OTel's ``TraceIdRatioBased{0.1}``)."""
-    return f"ConversationIdRatio{{{rate:g}}}"

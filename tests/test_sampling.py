@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from monitor.sampling import describe, is_sampled, sample_position
+from monitor.sampling import is_sampled, sample_position
 
 
 def test_the_same_ids_are_selected_every_time() -> None:
@@ -22,4 +22,3 @@ def test_a_higher_rate_selects_a_superset_near_the_rate() -> None:
 def test_positions_are_uniform_fractions() -> None:
     positions = [sample_position(f"id-{i}") for i in range(1000)]
     assert all(0.0 <= p < 1.0 for p in positions)
-    assert describe(0.25) == "ConversationIdRatio{0.25}"

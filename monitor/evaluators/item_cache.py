@@ -9,9 +9,10 @@ store-backed cache only has to implement ``ItemCache`` and can keep ``GeneratedI
 from __future__ import annotations
 
 import json
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Protocol
+
+from monitor.evaluators.cache import LruCache
 
 
 @dataclass(frozen=True)
@@ -49,34 +50,11 @@ class ItemCache(Protocol):
     def put(self, key: str, items: GeneratedItems) -> None: ...
 
 
-class InMemoryItemCache:
-    """Least-recently-used, at most ``capacity`` keys; capacity 0 disables caching."""
+class InMemoryItemCache(LruCache[str, GeneratedItems]):
+    """Items in memory, least recently used evicted first; capacity 0 disables caching."""
 
     def __init__(self, capacity: int = 10_000) -> None:
-        self._capacity = capacity
-        self._entries: OrderedDict[str, GeneratedItems] = OrderedDict()
-        self.hits = 0
-        self.misses = 0
-
-    def get(self, key: str) -> GeneratedItems | None:
-        found = self._entries.get(key)
-        if found is None:
-            self.misses += 1
-            return None
-        self._entries.move_to_end(key)
-        self.hits += 1
-        return found
-
-    def put(self, key: str, items: GeneratedItems) -> None:
-        if self._capacity <= 0:
-            return
-        self._entries[key] = items
-        self._entries.move_to_end(key)
-        while len(self._entries) > self._capacity:
-            self._entries.popitem(last=False)
-
-    def __len__(self) -> int:
-        return len(self._entries)
+        super().__init__(capacity)
 
 
 class ItemStore(Protocol):
