@@ -9,7 +9,8 @@
     ├── JudgeError             a judge call failed after its retries
     │   ├── JudgeAuthError     401/403: calls to this judge stop until the credential works
     │   ├── JudgeRateLimited   429 past the retry budget
-    │   ├── JudgeUnavailable   5xx or timeout past the retry budget
+    │   ├── JudgeUnavailable   5xx past the retry budget
+    │   │   └── JudgeTimeout   no reply within the timeout, past the retry budget
     │   └── JudgeRefused       a final answer about this prompt: the model declined, or it exceeds the context
     └── StoreError             the result store is unreachable
 

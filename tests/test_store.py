@@ -181,3 +181,12 @@ def test_long_identifiers_fit_every_backend(store: SqlStore) -> None:
                               rubric_version="v" * 100, rubric_kind="weighted", judge_model="m", outcome="pass",
                               score=1.0)
     assert store.record(result) and not store.record(result)
+
+
+def test_nul_characters_in_ids_are_stored_on_every_backend(store: SqlStore) -> None:
+    store.add_spans("src", [span("a\x00b", trace="t\x001", conversation="conv\x00x")], "1", "ignore")
+    [pending] = store.ready_conversations(T0 + timedelta(days=1), T0)
+    assert pending.key == "conv\ufffdx" and len(store.spans_of(pending.key)) == 1
+    result = EvaluationResult(conversation_id=pending.key, agent="a\x00gent", rubric="r", rubric_version="1",
+                              rubric_kind="weighted", judge_model="m", outcome="pass", score=1.0)
+    assert store.record(result) and store.has_result(pending.key, "r", "1", 0)

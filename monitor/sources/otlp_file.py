@@ -5,7 +5,8 @@ incremental: the checkpoint records, per file, the byte offset reached (always a
 fingerprints of the bytes at the start of the file and just before that offset. A file that shrank, or whose
 fingerprinted bytes changed, was truncated or replaced, and is read again from the start; a new name holding
 the bytes of a file read before is that file renamed by rotation, and is read on from where it was. A last
-line without its newline is still being written, and is left for the next cycle.
+line without its newline is still being written, and is left for the next cycle. A line that cannot be read,
+whatever the reason, is counted and logged with its place and read past: it never holds the position back.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ _FINGERPRINT_BYTES = 4_096
 _CHECKPOINT_VERSION = 1
 _LOGGED_BAD_LINES_PER_FILE = 10
 _PATTERNS = ("*.jsonl", "*.json")
+PARSE_ERROR = "parse_error"
+"""Rejection reason of a line whose reading raised an error no check foresaw."""
 
 
 @dataclass
@@ -115,10 +118,10 @@ class OtlpFileSource:
                     break
                 position.offset += len(raw)
                 position.line += 1
-                rejected = self._parse_line(raw, pending)
+                rejected, failure = self._parse_line(raw, pending)
                 if rejected:
                     bad_lines += 1
-                    self._log_bad_line(file, position.line, rejected, bad_lines)
+                    self._log_bad_line(file, position.line, rejected, bad_lines, failure)
                 if len(pending.spans) >= self._batch_spans:
                     self._fingerprint(stream, position)
                     yield
@@ -127,25 +130,32 @@ class OtlpFileSource:
         if bad_lines > _LOGGED_BAD_LINES_PER_FILE:
             logger.warning("%s: %d unreadable lines in all this cycle", file, bad_lines)
 
-    def _parse_line(self, raw: bytes, pending: _Pending) -> dict[str, int]:
+    def _parse_line(self, raw: bytes, pending: _Pending) -> tuple[dict[str, int], str]:
+        """Read one line into ``pending``: what it rejected, by reason, and the error if reading it failed."""
+        failure = ""
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError:
             rejected = {"invalid_utf8": 1}
         else:
             if not text.strip():
-                return {}
-            spans, rejected = parse_otlp_line(text)
+                return {}, ""
+            try:
+                spans, rejected = parse_otlp_line(text)
+            except Exception as exc:  # a line we failed to read must never hold the position back
+                spans, rejected = [], {PARSE_ERROR: 1}
+                failure = f"{type(exc).__name__}: {exc}"
             pending.spans.extend(spans)
         pending.rows += 1
         pending.rejected.update(rejected)
-        return rejected
+        return rejected, failure
 
     @staticmethod
-    def _log_bad_line(file: Path, line: int, rejected: dict[str, int], bad_lines: int) -> None:
+    def _log_bad_line(file: Path, line: int, rejected: dict[str, int], bad_lines: int, failure: str) -> None:
         if bad_lines <= _LOGGED_BAD_LINES_PER_FILE:
             reasons = ", ".join(f"{count} x {reason}" for reason, count in rejected.items())
-            logger.warning("%s:%d: could not read %s", file, line, reasons)
+            because = f" ({failure[:200]})" if failure else ""
+            logger.warning("%s:%d: could not read %s%s", file, line, reasons, because)
 
     @staticmethod
     def _match(files: dict[str, Path], recorded: dict[str, _Position]) -> dict[str, _Position]:

@@ -125,6 +125,17 @@ items_table = Table(
 _CHUNK = 500
 
 
+def _text(value: str) -> str:
+    """PostgreSQL text cannot hold NUL characters; ids that carry one are stored with U+FFFD instead."""
+    return value.replace("\x00", "\ufffd") if "\x00" in value else value
+
+
+def _clean_ids(span: SpanRecord) -> SpanRecord:
+    if "\x00" not in span.trace_id + span.span_id:
+        return span
+    return span.model_copy(update={"trace_id": _text(span.trace_id), "span_id": _text(span.span_id)})
+
+
 def _ts(value: datetime) -> float:
     return value.timestamp()
 
@@ -172,7 +183,7 @@ class SqlStore:
     def add_spans(
         self, source: str, spans: Sequence[SpanRecord], checkpoint: str, late_turns: LatePolicy
     ) -> StoredSpans:
-        unique = {(s.trace_id, s.span_id): s for s in spans}
+        unique = {(s.trace_id, s.span_id): s for s in map(_clean_ids, spans)}
         with self._tx() as conn:
             existing = self._existing_spans(conn, list(unique))
             new = [s for ids, s in unique.items() if ids not in existing]
@@ -214,7 +225,7 @@ class SqlStore:
     def _conversation_key(self, conn: Connection, trace_id: str, spans: list[SpanRecord]) -> str:
         """A trace belongs to the conversation its spans name (the assembler's rule), else to its own trace id; the
         first span naming it may arrive in a later batch than the rest of the trace."""
-        named = conversation_key(spans)
+        named = _text(conversation_key(spans))
         conversation_id = named if named != trace_id else None
         row = conn.execute(select(traces_table).where(traces_table.c.trace_id == trace_id)).mappings().first()
         if row is not None and (row["from_conversation_id"] or conversation_id is None):
@@ -313,8 +324,8 @@ class SqlStore:
     def has_result(self, conversation_id: str, rubric: str, rubric_version: str, revision: int) -> bool:
         c = results_table.c
         query = select(func.count()).where(and_(
-            c.conversation_id == conversation_id, c.rubric == rubric, c.rubric_version == rubric_version,
-            c.revision == revision))
+            c.conversation_id == _text(conversation_id), c.rubric == rubric,
+            c.rubric_version == _text(rubric_version), c.revision == revision))
         with self._tx() as conn:
             return bool(conn.execute(query).scalar_one())
 
@@ -325,7 +336,7 @@ class SqlStore:
         try:
             with self._tx() as conn:
                 if result.revision > 0:
-                    superseded = and_(c.conversation_id == result.conversation_id, c.rubric == result.rubric,
+                    superseded = and_(c.conversation_id == _text(result.conversation_id), c.rubric == result.rubric,
                                       c.turn_key == turn_key, c.revision < result.revision)
                     old_ids = list(conn.execute(select(c.id).where(superseded)).scalars())
                     conn.execute(update(results_table).where(superseded).values(current=False))
@@ -333,9 +344,9 @@ class SqlStore:
                         conn.execute(update(dimensions_table).where(dimensions_table.c.result_id.in_(old_ids))
                                      .values(current=False))
                 inserted = conn.execute(insert(results_table).values(
-                    conversation_id=result.conversation_id, rubric=result.rubric,
-                    rubric_version=result.rubric_version, turn_key=turn_key, revision=result.revision,
-                    current=True, agent=result.agent, outcome=result.outcome, score=result.score,
+                    conversation_id=_text(result.conversation_id), rubric=result.rubric,
+                    rubric_version=_text(result.rubric_version), turn_key=turn_key, revision=result.revision,
+                    current=True, agent=_text(result.agent), outcome=result.outcome, score=result.score,
                     evaluated_ts=ts, payload=result.model_dump_json()))
                 primary_key = inserted.inserted_primary_key
                 if primary_key is None:
@@ -343,7 +354,7 @@ class SqlStore:
                 result_id = primary_key[0]
                 dimension_rows = [
                     {"result_id": result_id, "dimension": d.id, "rubric": result.rubric,
-                     "rubric_version": result.rubric_version, "agent": result.agent, "score": d.score,
+                     "rubric_version": _text(result.rubric_version), "agent": _text(result.agent), "score": d.score,
                      "current": True, "evaluated_ts": ts}
                     for d in result.dimension_scores if d.applicable and d.score is not None
                 ]
@@ -358,7 +369,7 @@ class SqlStore:
     def results(self, conversation_id: str | None = None, current_only: bool = False) -> list[EvaluationResult]:
         query = select(results_table.c.payload).order_by(results_table.c.id)
         if conversation_id is not None:
-            query = query.where(results_table.c.conversation_id == conversation_id)
+            query = query.where(results_table.c.conversation_id == _text(conversation_id))
         if current_only:
             query = query.where(results_table.c.current.is_(True))
         with self._tx() as conn:
