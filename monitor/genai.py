@@ -95,7 +95,8 @@ def load_json(text: str) -> Any:
     ``json.loads`` rejects (bad syntax, raw control characters, over-long integers) and also refuses lone
     surrogates and nesting past 200 levels. Whatever it refuses goes to ``json.loads``, which decides, so the
     result and the exception (``json.JSONDecodeError``, ``RecursionError``, or ``ValueError`` for an integer
-    past the digit limit) are the standard library's, except that lone surrogates are replaced by U+FFFD.
+    past the digit limit) are the standard library's, except that lone surrogates are replaced by U+FFFD and
+    nesting past ``MAX_NESTING`` is refused (``RecursionError``) either way.
     """
     if isinstance(text, str):
         try:
@@ -107,6 +108,9 @@ def load_json(text: str) -> Any:
     return replace_lone_surrogates_in(json.loads(text))
 
 
+MAX_NESTING = 200
+"""Deepest nesting of lists and dicts in a value read: as deep as pydantic-core parses, well short of where
+pydantic stops serialising (a record it cannot serialise would fail the store)."""
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
@@ -123,16 +127,23 @@ def replace_lone_surrogates(text: str) -> str:
     return text
 
 
-def replace_lone_surrogates_in(value: Any) -> Any:
+def replace_lone_surrogates_in(value: Any, depth: int = 0) -> Any:
     """``value`` (a decoded JSON value: strings, numbers, lists, dicts) with every string, keys included,
-    passed through ``replace_lone_surrogates``."""
+    passed through ``replace_lone_surrogates``; ``depth`` is how deep ``value`` already sits.
+
+    Raises ``RecursionError`` for lists and dicts nested ``MAX_NESTING`` deep: a record holding one could not
+    be serialised again, so the store would fail on it.
+    """
     if isinstance(value, str):
         return replace_lone_surrogates(value)
+    if not isinstance(value, list | dict):
+        return value
+    if depth >= MAX_NESTING:
+        raise RecursionError(f"nested deeper than {MAX_NESTING} levels")
     if isinstance(value, list):
-        return [replace_lone_surrogates_in(item) for item in value]
-    if isinstance(value, dict):
-        return {replace_lone_surrogates_in(key): replace_lone_surrogates_in(item) for key, item in value.items()}
-    return value
+        return [replace_lone_surrogates_in(item, depth + 1) for item in value]
+    return {replace_lone_surrogates_in(key): replace_lone_surrogates_in(item, depth + 1)
+            for key, item in value.items()}
 
 
 def may_hold_lone_surrogates(text: str) -> bool:
@@ -324,14 +335,23 @@ class ReadCache:
         key = (schema, generation, text)
         found = self._items.get(key)
         if found is None:
-            if may_hold_lone_surrogates(text):
-                item = replace_lone_surrogates_in(item)
-            issues = validate_item(schema, item, 0, generation)
-            found = (tuple(issues), None if issues else convert(item))
+            found = self._read_item(schema, generation, text, item, convert)
             self._items[key] = found
         issues = [SchemaIssue(f"$[{index}]{i.path[4:]}", i.keyword, i.message) for i in found[0]]
         converted: T | None = found[1]
         return issues, converted
+
+    @staticmethod
+    def _read_item(
+        schema: SchemaName, generation: Generation, text: str, item: Any, convert: Callable[[dict[str, Any]], T],
+    ) -> tuple[tuple[SchemaIssue, ...], T | None]:
+        if may_hold_lone_surrogates(text):
+            try:
+                item = replace_lone_surrogates_in(item)
+            except RecursionError as exc:
+                return (SchemaIssue("$[0]", "maxDepth", str(exc)),), None
+        issues = validate_item(schema, item, 0, generation)
+        return tuple(issues), None if issues else convert(item)
 
     def value(
         self, schema: SchemaName, generation: Generation, text: str, truncated: bool,

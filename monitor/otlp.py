@@ -21,7 +21,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from monitor.genai import replace_lone_surrogates, replace_lone_surrogates_in
+from monitor.genai import MAX_NESTING, replace_lone_surrogates, replace_lone_surrogates_in
 from monitor.models import SpanEvent, SpanRecord
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -96,8 +96,8 @@ def parse_otlp_document(doc: Mapping[str, Any]) -> ParseResult:
                     spans.append(_parse_span(raw, resource, rejected))
                 except OtlpFormatError as exc:
                     rejected[exc.reason] += 1
-                except (TypeError, ValueError, OverflowError):
-                    # A field of the wrong type or size ("events": 5, "values": 5): this span only.
+                except (TypeError, ValueError, OverflowError, RecursionError):
+                    # A field of the wrong type, size or depth ("events": 5, "values": 5): this span only.
                     rejected["malformed_span"] += 1
     return spans, dict(rejected)
 
@@ -111,7 +111,7 @@ def _resource_attributes(resource_span: Mapping[str, Any], rejected: Counter[str
         return parse_attributes(resource.get("attributes"))
     except OtlpFormatError as exc:
         rejected[exc.reason] += 1
-    except (TypeError, ValueError, OverflowError):
+    except (TypeError, ValueError, OverflowError, RecursionError):
         rejected["malformed_resource"] += 1
     return {}
 
@@ -133,7 +133,7 @@ def _parse_span(raw: Any, resource: dict[str, Any], rejected: Counter[str]) -> S
         except OtlpFormatError as exc:
             # A bad event loses only itself: the span and its other events are still good evidence.
             rejected[exc.reason] += 1
-        except (TypeError, ValueError, OverflowError):
+        except (TypeError, ValueError, OverflowError, RecursionError):
             rejected["malformed_event"] += 1
     try:
         return SpanRecord(
@@ -217,25 +217,31 @@ def _parse_status(value: Any) -> str:
     return "unset"
 
 
-def parse_attributes(raw: Any) -> dict[str, Any]:
-    """``[{key, value: AnyValue}]`` as a dict; a malformed entry is dropped, a non-list rejects the span."""
+def parse_attributes(raw: Any, depth: int = 0) -> dict[str, Any]:
+    """``[{key, value: AnyValue}]`` as a dict (nested ``depth`` deep); a malformed entry is dropped, a non-list
+    rejects the span."""
     if raw is None:
         return {}
     if not isinstance(raw, list):
         raise OtlpFormatError("malformed_attributes", "attributes is not a list")
+    if depth >= MAX_NESTING:
+        raise OtlpFormatError("malformed_attributes", f"values nested deeper than {MAX_NESTING} levels")
     result: dict[str, Any] = {}
     for entry in raw:
         if isinstance(entry, dict) and isinstance(entry.get("key"), str):
-            result[replace_lone_surrogates(entry["key"])] = parse_any_value(entry.get("value"))
+            result[replace_lone_surrogates(entry["key"])] = parse_any_value(entry.get("value"), depth + 1)
     return result
 
 
-def parse_any_value(value: Any) -> Any:
-    """An OTLP ``AnyValue`` as a plain value (bytes stay base64 text, so records stay JSON-serialisable)."""
+def parse_any_value(value: Any, depth: int = 0) -> Any:
+    """An OTLP ``AnyValue`` as a plain value (bytes stay base64 text, so records stay JSON-serialisable).
+
+    Values nested ``MAX_NESTING`` deep are refused: a record holding one could not be serialised again.
+    """
     if not isinstance(value, dict):
         return None
     if "stringValue" in value:
-        return replace_lone_surrogates_in(value["stringValue"])
+        return replace_lone_surrogates_in(value["stringValue"], depth)
     if "boolValue" in value:
         return bool(value["boolValue"])
     if "intValue" in value:
@@ -244,12 +250,14 @@ def parse_any_value(value: Any) -> Any:
         return _double_value(value["doubleValue"])
     if "arrayValue" in value:
         array = value["arrayValue"] or {}
-        return [parse_any_value(v) for v in array.get("values") or []] if isinstance(array, dict) else []
+        if depth >= MAX_NESTING:
+            raise OtlpFormatError("malformed_attributes", f"values nested deeper than {MAX_NESTING} levels")
+        return [parse_any_value(v, depth + 1) for v in array.get("values") or []] if isinstance(array, dict) else []
     if "kvlistValue" in value:
         kvlist = value["kvlistValue"] or {}
-        return parse_attributes(kvlist.get("values")) if isinstance(kvlist, dict) else {}
+        return parse_attributes(kvlist.get("values"), depth) if isinstance(kvlist, dict) else {}
     if "bytesValue" in value:
-        return replace_lone_surrogates_in(value["bytesValue"])
+        return replace_lone_surrogates_in(value["bytesValue"], depth)
     return None
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -17,7 +17,7 @@ from monitor.assemble import assemble
 from monitor.errors import ConfigError, SourceAuthError, SourceError, SourceQueryError
 from monitor.models import SpanRecord
 from monitor.settings import AppInsightsCredentialSettings, AppInsightsSourceSettings
-from monitor.sources.app_insights import SOURCE, AppInsightsSource, truncated_keys
+from monitor.sources.app_insights import PROPERTY_CAP, SOURCE, AppInsightsSource, truncated_keys
 from monitor.sources.kql import CLASSIC, WORKSPACE, Window, build_query, explain
 from monitor.store import InMemoryStore
 from tests.app_insights_helpers import (
@@ -346,9 +346,10 @@ def test_a_missing_token_is_an_auth_error_before_any_request(
     assert fake.requests == []
 
 
-def test_204_is_an_empty_window_and_the_watermark_advances(fake: FakeLogAnalytics) -> None:
+@pytest.mark.parametrize("reply", [no_content(), Reply(status=200, raw_body=b"")], ids=["204", "empty 200"])
+def test_no_content_is_an_empty_window_and_the_watermark_advances(fake: FakeLogAnalytics, reply: Reply) -> None:
     load(fake, [])
-    fake.script.append(no_content())
+    fake.script.append(reply)
     source, store = make_source(fake), InMemoryStore()
     cycle = run_cycle(source, store, NOW)
     source.close()
@@ -356,7 +357,47 @@ def test_204_is_an_empty_window_and_the_watermark_advances(fake: FakeLogAnalytic
     assert watermark(store) == NOW - timedelta(seconds=180)
 
 
-def test_a_partial_result_that_is_not_a_limit_is_never_taken_as_complete(fake: FakeLogAnalytics) -> None:
+PROXY_PAGE = b"<html><head><title>502 Bad Gateway</title></head><body>nginx</body></html>"
+
+
+def cut_in_half(fake: FakeLogAnalytics) -> Callable[[Recorded], Reply]:
+    """Replies with the body the service would send, cut off halfway (a connection dropped mid-body)."""
+    def reply(recorded: Recorded) -> Reply:
+        whole = fake.data_reply(recorded).json_body
+        assert isinstance(whole, bytes)
+        return Reply(status=200, raw_body=whole[: len(whole) // 2])
+    return reply
+
+
+@pytest.mark.parametrize(("fault", "kind"), [
+    ("cut-off 200", "error"),
+    ("proxy page 200", "error"),
+    ("proxy page 502", "server"),
+])
+def test_a_body_that_is_not_json_fails_the_cycle_and_keeps_the_watermark(
+        fake: FakeLogAnalytics, fault: str, kind: str) -> None:
+    spans = conversation(0, NOW - timedelta(minutes=10))
+    rows = load(fake, spans)
+    if fault == "cut-off 200":
+        fake.on_query = cut_in_half(fake)
+    else:
+        status = 200 if fault == "proxy page 200" else 502
+        fake.script.extend([Reply(status=status, raw_body=PROXY_PAGE)] * 2)  # a 502 is retried once
+    source, store = make_source(fake), InMemoryStore()
+
+    failed = run_cycle(source, store, NOW)
+
+    assert isinstance(failed.error, SourceError) and failed.error.kind == kind
+    assert "body that is not JSON" in str(failed.error) and failed.batches == 0 and watermark(store) is None
+    fake.on_query = None
+    fake.script.clear()
+    retried = run_cycle(source, store, NOW)
+    source.close()
+    assert retried.error is None and retried.new == rows  # nothing was skipped
+
+
+def test_a_partial_result_that_is_not_a_limit_is_never_taken_as_complete(
+        fake: FakeLogAnalytics) -> None:
     load(fake, conversation(0, NOW - timedelta(minutes=10)))
     body = partial_error_body("Partial query failure: An unexpected error occurred.", "-2133196800")
     fake.script.append(Reply(json_body={"tables": [], "error": body}))
@@ -400,18 +441,42 @@ def test_values_cut_by_app_insights_mark_their_keys_truncated(fake: FakeLogAnaly
     assert set(read.truncated_keys) == {"gen_ai.input.messages", "app.note"}
     assert truncated_keys({"gen_ai.input.messages": '[{"role": "user"'}) == ("gen_ai.input.messages",)
     assert truncated_keys({"gen_ai.output.messages": "[]", "other": "x" * 100}) == ()
+    # Plain text that opens with a bracket is not JSON cut short, unless it is as long as the cap.
+    policy = "[Role] You are a booking agent. Never book more than 8"
+    assert truncated_keys({"gen_ai.system_instructions": policy}) == ()
+    long_policy = (policy + " seats.") * (PROPERTY_CAP // len(policy) + 1)
+    assert truncated_keys({"gen_ai.system_instructions": long_policy[:PROPERTY_CAP]}) == (
+        "gen_ai.system_instructions",)
 
 
-def test_metrics_count_rows_latency_and_lag(fake: FakeLogAnalytics) -> None:
+def test_plain_text_instructions_starting_with_a_bracket_reach_the_assembled_conversation(
+        fake: FakeLogAnalytics) -> None:
+    policy = "[Role] You are a booking agent.\n{Rules} Never book more than 8"
+    spans = conversation(0, NOW - timedelta(minutes=10), legacy_events=False)
+    chat = spans[1]
+    spans[1] = chat.model_copy(update={"attributes": {**chat.attributes, "gen_ai.system_instructions": policy}})
+    load(fake, spans)
+    source = make_source(fake)
+    read = [s for batch in source.pull(None, NOW) for s in batch.spans]
+    source.close()
+    assembly = assemble(read)
+    [conversation_read] = assembly.conversations
+    assert assembly.rejected == {}
+    assert conversation_read.system_instructions == policy and not conversation_read.truncated
+
+
+def test_batches_carry_the_rows_read_and_metrics_count_latency_and_lag(fake: FakeLogAnalytics) -> None:
     rows = load(fake, conversation(0, NOW - timedelta(minutes=10)))
-    settings = settings_for(fake)
+    settings = settings_for(fake, max_window_seconds=600)
     metrics = fresh_metrics()
     source = AppInsightsSource(settings, metrics)
-    list(source.pull(None, NOW))
+    batches = list(source.pull(None, NOW))
     source.close()
     sample = metrics.registry.get_sample_value
-    assert sample("rubric_monitor_source_rows_total", {"source": SOURCE}) == rows
-    assert sample("rubric_monitor_source_query_latency_seconds_count", {"source": SOURCE}) == 1
+    # The pipeline counts rubric_monitor_source_rows_total from the batches it stores: the source must not.
+    assert len(batches) == 6 and sum(batch.rows for batch in batches) == rows
+    assert not sample("rubric_monitor_source_rows_total", {"source": SOURCE})
+    assert sample("rubric_monitor_source_query_latency_seconds_count", {"source": SOURCE}) == 6
     assert sample("rubric_monitor_source_lag_seconds", {"source": SOURCE}) == settings.ingestion_delay_seconds
 
 

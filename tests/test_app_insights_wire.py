@@ -6,16 +6,20 @@ inputs that repeat each other's history read the same whether or not their share
 from __future__ import annotations
 
 import json
+import logging
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from azure.monitor.query import LogsQueryClient, LogsQueryResult
 
 from monitor.errors import SourceError
-from monitor.genai import ReadCache, read_input_messages, scan_array
+from monitor.genai import ReadCache, read_input_messages
 from monitor.models import SpanRecord
-from monitor.sources.app_insights import AppInsightsSource
+from monitor.sources.app_insights import AppInsightsSource, RowReader, make_credential
 from monitor.sources.base import SourceBatch
+from monitor.sources.kql import WORKSPACE, Window
+from monitor.store import InMemoryStore
 from tests.app_insights_helpers import NOW, TOKEN, TOKEN_ENV, WORKSPACE_ID, fresh_metrics, settings_for
 from tests.fakes.log_analytics import FakeLogAnalytics, Reply
 
@@ -99,14 +103,55 @@ def test_a_row_with_the_wrong_number_of_cells_is_counted_and_the_others_are_read
 
 def test_text_the_fast_parser_refuses_is_still_read_the_clients_way() -> None:
     # A lone surrogate is valid JSON for Python's json module (and so for the client), not for pydantic-core:
-    # in a cell it makes the whole body fall back, in customDimensions only that row's properties.
+    # in a cell it makes the whole body fall back, in customDimensions only that row's properties. Either
+    # way the row is read, with the half pair replaced so that the record encodes to UTF-8.
     properties = json.dumps({"gen_ai.operation.name": "chat", "note": "half a pair: \ud83d"})
     batch = read(Reply(json_body=body([row("2026-09-01T11:30:00.0000000Z", "s", properties),
                                        row("2026-09-01T11:30:01.0000000Z", "t", name="chat \udc00")])))
     spans = by_id(batch.spans)
-    assert spans["s"].attributes["note"] == "half a pair: \ud83d"
-    assert spans["t"].name == "chat \udc00"
+    assert spans["s"].attributes["note"] == "half a pair: \ufffd"
+    assert InMemoryStore().add_spans("app_insights", batch.spans, "{}", "ignore").new == 2
+    assert spans["t"].name == "chat \ufffd"
     assert batch.rejected == {}
+
+
+def test_cells_of_the_wrong_type_or_size_cost_only_their_row_and_every_span_read_can_be_stored() -> None:
+    at = "2026-09-01T11:30:00.0000000Z"
+    ages = row(at, "ages")
+    ages[6] = 1e15  # a duration ending past year 9999
+    never = row(at, "never")
+    never[6] = float("nan")
+    deep = row(at, "deep", properties='{"k": ' + "[" * 300 + "]" * 300 + "}")  # json.loads reads it; no store could
+    cut = row(at, "cut", properties=json.dumps({"gen_ai.operation.name": "chat",
+                                                "gen_ai.conversation.id": "conv \ud83d"}), name="chat \udc00")
+    batch = read(Reply(json_body=body([ages, never, deep, cut, row(at, "good")])))
+
+    assert sorted(span.span_id for span in batch.spans) == ["cut", "good"]
+    assert batch.rejected == {"malformed_span": 2, "bad_properties": 1}
+    assert by_id(batch.spans)["cut"].conversation_id == "conv \ufffd"
+    stored = InMemoryStore().add_spans("app_insights", batch.spans, "{}", "ignore")  # serialises every span
+    assert stored.new == 2
+
+
+def test_a_row_that_fails_in_a_way_no_check_foresaw_is_counted_and_logged_with_its_content(
+        caplog: pytest.LogCaptureFixture) -> None:
+    # The client's own LogsTable keeps a row with too few cells as it is (reading rows as sent checks that).
+    good = row("2026-09-01T11:30:00.0000000Z", "good")
+    with FakeLogAnalytics() as fake:
+        fake.script.append(Reply(json_body=body([good[:3], good])))
+        settings = settings_for(fake)
+        client = LogsQueryClient(make_credential(settings.credential), endpoint=fake.endpoint,
+                                 connection_verify=str(fake.ca_path))
+        with client:
+            result = client.query_workspace(WORKSPACE_ID, "AppDependencies", timespan=None)
+    assert isinstance(result, LogsQueryResult)
+    table = result.tables[0]
+    with caplog.at_level(logging.ERROR, logger="monitor.sources.app_insights"):
+        read_rows = RowReader(WORKSPACE).read(table, Window(AT - timedelta(hours=1), NOW))
+
+    assert [span.span_id for span in read_rows.spans] == ["good"]
+    assert read_rows.rejected == {"parse_error": 1} and read_rows.rows == 2
+    assert "row 0 could not be read (IndexError" in caplog.text and TRACE in caplog.text
 
 
 def test_a_body_with_a_byte_order_mark_is_read() -> None:
@@ -154,4 +199,4 @@ def test_inputs_that_repeat_a_history_read_the_same_with_a_shared_cache(order: s
 def test_scanning_with_shared_prefixes_gives_the_items_of_a_scan_from_scratch(texts: list[str]) -> None:
     cache = ReadCache()
     for text in texts:
-        assert cache.scan_array(text) == scan_array(text), text
+        assert cache.scan_array(text) == ReadCache().scan_array(text), text

@@ -450,3 +450,51 @@ def test_a_trace_naming_no_conversation_is_its_own() -> None:
     [conversation] = assemble(spans).conversations
     assert conversation.id == TRACE_2 and conversation.trace_ids == (TRACE_2,)
     assert assemble([]).conversations == []
+
+
+POLICY = "[Role] You are a booking agent.\n{Rules} Never book more than 8 seats in one reservation"
+
+
+def test_plain_text_that_starts_with_a_bracket_is_kept_as_text_not_dropped_as_bad_json() -> None:
+    spans = [_span("a400000000000001", name="chat gpt-4o", **{
+        **_attrs(operation__name="chat", conversation__id="conv-policy", input=[USER], output=[FINAL]),
+        "gen_ai.system_instructions": POLICY})]
+    assembly = assemble(spans)
+    [conversation] = assembly.conversations
+    assert assembly.rejected == {}
+    assert conversation.system_instructions == POLICY and not conversation.truncated
+
+    # The legacy format's event content may be plain text starting with a brace too.
+    event = SpanEvent(name="gen_ai.user.message", time=T0, attributes={
+        "gen_ai.event.content": "{party of 9} Can you book us all?"})
+    legacy = _span("a400000000000002", name="chat gpt-4", events=(event,), **{"gen_ai.operation.name": "chat"})
+    legacy_assembly = assemble([legacy])
+    assert legacy_assembly.rejected == {}
+    assert [m.text for m in legacy_assembly.conversations[0].messages] == ["{party of 9} Can you book us all?"]
+
+
+def test_instructions_cut_short_are_still_json_cut_short_not_text() -> None:
+    cut = json.dumps([{"type": "text", "content": "Never book more than 8 seats."}])[:30]
+    spans = [_span("a500000000000001", name="chat gpt-4o", **{
+        **_attrs(operation__name="chat", input=[USER], output=[FINAL]), "gen_ai.system_instructions": cut})]
+    [conversation] = assemble(spans).conversations
+    assert conversation.truncated and conversation.system_instructions is None
+
+    # Plain text a source reports as cut is kept as text, and the conversation says it was cut.
+    flagged = spans[0].model_copy(update={
+        "attributes": {**spans[0].attributes, "gen_ai.system_instructions": POLICY},
+        "truncated_keys": ("gen_ai.system_instructions",)})
+    [reported] = assemble([flagged]).conversations
+    assert reported.truncated and reported.system_instructions == POLICY
+
+
+def test_message_json_with_half_a_surrogate_pair_or_a_huge_integer_never_raises() -> None:
+    odd_input = '[{"role": "user", "parts": [{"type": "text", "content": "half \\ud83d"}]}]'
+    huge = '[{"role": "assistant", "parts": [{"type": "text", "content": "ok"}], "n": ' + "9" * 5000 + "}]"
+    spans = [_span("a600000000000001", name="chat gpt-4o", **{
+        **_attrs(operation__name="chat"), "gen_ai.input.messages": odd_input, "gen_ai.output.messages": huge})]
+    assembly = assemble(spans)
+    [conversation] = assembly.conversations
+    assert [m.text for m in conversation.messages] == ["half \ufffd"]
+    assert assembly.rejected == {"invalid_output_messages": 1}
+    conversation.model_dump_json().encode("utf-8")

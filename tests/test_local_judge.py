@@ -43,7 +43,8 @@ def test_the_embedded_judge_scores_a_conversation_end_to_end(tmp_path: Path) -> 
         # llama.cpp's grammar keeps the reply inside the schema, so a verdict always parses; its content is
         # whatever a 135M model thinks, which is why only the shape is asserted.
         assert result.outcome in ("pass", "fail"), result.unscored_reason
-        assert result.response_mode == "json_schema" and result.judge_calls == 1
+        # one call, or two when the small model rambled past its token budget (an invalid reply is asked again)
+        assert result.response_mode == "json_schema" and result.judge_calls in (1, 2)
         assert [d.id for d in result.dimension_scores][-1] == "general_quality"
         assert all(d.score in (1, 2, 3, 4, 5) for d in result.dimension_scores if d.applicable)
         assert result.input_tokens > 0 and result.output_tokens > 0

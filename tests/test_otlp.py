@@ -37,6 +37,14 @@ def _span(**overrides: object) -> dict[str, object]:
     return span
 
 
+def _nested(depth: int) -> dict[str, object]:
+    """An AnyValue holding arrays ``depth`` deep."""
+    value: dict[str, object] = {"stringValue": "bottom"}
+    for _ in range(depth):
+        value = {"arrayValue": {"values": [value]}}
+    return value
+
+
 def _document(*spans: dict[str, object]) -> dict[str, object]:
     return {"resourceSpans": [{
         "resource": {"attributes": [_attr("service.name", {"stringValue": "airline"})]},
@@ -98,6 +106,15 @@ def test_a_collector_line_is_read_with_every_value_type() -> None:
         ({"startTimeUnixNano": None}, "invalid_time"),
         ({"endTimeUnixNano": "99999999999999999999999"}, "invalid_time"),
         ({"attributes": {"not": "a list"}}, "malformed_attributes"),
+        # Values of the wrong type or size used to raise out of the parser and stop the source for good.
+        ({"events": 5}, "malformed_span"),
+        ({"attributes": [_attr("a", {"arrayValue": {"values": 5}})]}, "malformed_span"),
+        ({"attributes": [_attr("a", {"kvlistValue": {"values": [_attr("b", {"arrayValue": {"values": 1.5}})]}})]},
+         "malformed_span"),
+        ({"startTimeUnixNano": float("inf")}, "invalid_time"),  # json.loads reads Infinity
+        ({"endTimeUnixNano": float("-inf")}, "invalid_time"),
+        # Nested deeper than a record can be serialised again (the store would fail on it).
+        ({"attributes": [_attr("deep", _nested(300))]}, "malformed_attributes"),
     ],
 )
 def test_a_malformed_span_is_rejected_and_its_neighbours_kept(override: dict[str, Any], reason: str) -> None:
@@ -129,10 +146,70 @@ def test_a_bad_event_costs_only_itself() -> None:
     events = [
         {"timeUnixNano": "garbage", "name": "gen_ai.user.message"},
         {"timeUnixNano": "1700000000600000000", "name": "gen_ai.choice"},
+        {"timeUnixNano": "1700000000700000000", "name": "gen_ai.tool.message",
+         "attributes": [_attr("content", {"arrayValue": {"values": 5}})]},
     ]
     spans, rejected = parse_otlp_document(_document(_span(events=events)))
     assert [e.name for e in spans[0].events] == ["gen_ai.choice"]
-    assert rejected == {"invalid_event_time": 1}
+    assert rejected == {"invalid_event_time": 1, "malformed_event": 1}
+
+
+def test_a_malformed_resource_costs_its_attributes_not_its_spans() -> None:
+    document = _document(_span())
+    document["resourceSpans"][0]["resource"] = {  # type: ignore[index]
+        "attributes": [_attr("service.name", {"arrayValue": {"values": 5}})]}
+    spans, rejected = parse_otlp_document(document)
+    assert [s.span_id for s in spans] == [SPAN] and spans[0].resource == {}
+    assert rejected == {"malformed_resource": 1}
+
+
+def test_infinity_and_numbers_past_float_range_in_a_line_never_raise() -> None:
+    spans = [
+        _span(spanId="aaaaaaaaaaaaaaaa", startTimeUnixNano="START"),
+        _span(spanId="bbbbbbbbbbbbbbbb", attributes=[_attr("tokens", {"intValue": "HUGE"}),
+                                                     _attr("ratio", {"doubleValue": "HUGE"})]),
+        _span(spanId="cccccccccccccccc"),
+    ]
+    line = json.dumps(_document(*spans)).replace('"START"', "Infinity").replace('"HUGE"', "1e400")
+
+    read, rejected = parse_otlp_line(line)
+
+    assert rejected == {"invalid_time": 1}
+    assert [s.span_id for s in read] == ["bbbbbbbbbbbbbbbb", "cccccccccccccccc"]
+    # An intValue that is no integer stays as its text, as any value that cannot be typed does.
+    assert read[0].attributes["tokens"] == "inf" and read[0].attributes["ratio"] == float("inf")
+    assert parse_otlp_line('{"resourceSpans": [], "n": ' + "9" * 5000 + "}") == ([], {"invalid_json": 1})
+
+
+def test_lone_surrogates_are_replaced_in_every_string_read() -> None:
+    # Half an emoji, as a cut at a character limit leaves it: JSON allows the escape, UTF-8 cannot encode it.
+    half = "\ud83d"
+    kv: dict[str, object] = {"kvlistValue": {"values": [_attr("inner" + half, {"stringValue": "v" + half})]}}
+    array: dict[str, object] = {"arrayValue": {"values": [{"stringValue": "a" + half}]}}
+    event = {"timeUnixNano": "1700000000500000000", "name": "gen_ai.user.message" + half,
+             "attributes": [_attr("content", {"stringValue": "hi " + half})]}
+    raw = _span(name="chat " + half, events=[event], attributes=[
+        _attr("gen_ai.conversation.id", {"stringValue": "conv-" + half}),
+        _attr("key" + half, {"stringValue": "x"}), _attr("kv", kv), _attr("arr", array),
+        _attr("bytes", {"bytesValue": half})])
+    document = _document(raw)
+    document["resourceSpans"][0]["resource"] = {  # type: ignore[index]
+        "attributes": [_attr("service.name", {"stringValue": "svc" + half})]}
+    line = json.dumps(document)
+    assert "\\ud83d" in line  # the file holds the JSON escape of half a pair
+
+    [span], rejected = parse_otlp_line(line)
+
+    assert rejected == {}
+    replaced = "\ufffd"
+    assert span.name == "chat " + replaced and span.conversation_id == "conv-" + replaced
+    assert span.attributes["key" + replaced] == "x"
+    assert span.attributes["kv"] == {"inner" + replaced: "v" + replaced}
+    assert span.attributes["arr"] == ["a" + replaced] and span.attributes["bytes"] == replaced
+    assert span.events[0].name == "gen_ai.user.message" + replaced
+    assert span.events[0].attributes == {"content": "hi " + replaced}
+    assert span.resource == {"service.name": "svc" + replaced}
+    span.model_dump_json().encode("utf-8")  # what the store does with it: must not raise
 
 
 def test_base64_ids_and_old_scope_names_are_accepted() -> None:

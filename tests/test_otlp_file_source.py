@@ -11,10 +11,11 @@ import pytest
 
 from monitor.errors import SourceError
 from monitor.models import SpanRecord
-from monitor.otlp import spans_to_otlp_document
+from monitor.otlp import ParseResult, parse_otlp_line, spans_to_otlp_document
 from monitor.sources.base import SourceBatch
 from monitor.sources.memory import InMemorySource
 from monitor.sources.otlp_file import OtlpFileSource
+from monitor.store import InMemoryStore
 
 NOW = datetime(2026, 3, 1, tzinfo=UTC)
 
@@ -147,6 +148,67 @@ def test_a_malformed_line_is_counted_and_logged_once_with_its_place(
     with caplog.at_level(logging.WARNING, logger="monitor.sources.otlp_file"):
         later, _ = _pull(source, checkpoint)
     assert _numbers(later) == [5] and later[0].rejected == {} and caplog.text == ""
+
+
+def _broken(line: str, **fields: object) -> str:
+    """``line`` with its first span's fields overridden."""
+    document = json.loads(line)
+    document["resourceSpans"][0]["scopeSpans"][0]["spans"][0].update(fields)
+    return json.dumps(document) + "\n"
+
+
+def _store_cycle(source: OtlpFileSource, store: InMemoryStore) -> list[SourceBatch]:
+    """One pull whose batches are stored with their checkpoints, as the pipeline does."""
+    batches = list(source.pull(store.checkpoint(source.name), NOW))
+    for batch in batches:
+        store.add_spans(source.name, batch.spans, batch.checkpoint, "ignore")
+    return batches
+
+
+def test_malformed_spans_are_rejected_and_never_hold_the_position_back(tmp_path: Path) -> None:
+    traces = tmp_path / "traces.jsonl"
+    half_an_emoji = _line(6).replace('"chat 6"', '"chat 6 \\ud83d"')
+    traces.write_text(
+        _line(1)
+        + _broken(_line(2, 3), events=5)  # one bad span: its neighbour on the line is still read
+        + _broken(_line(4), startTimeUnixNano="INF").replace('"INF"', "Infinity")
+        + _broken(_line(5), attributes=[{"key": "n", "value": {"arrayValue": {"values": 5}}}])
+        + half_an_emoji
+        + _line(7))
+    source, store = OtlpFileSource(traces), InMemoryStore()
+
+    first = _store_cycle(source, store)  # the store serialises every span: none may fail to encode
+
+    assert _numbers(first) == [1, 3, 6, 7]
+    assert sum(b.rows for b in first) == 6
+    assert {k: v for b in first for k, v in b.rejected.items()} == {"malformed_span": 2, "invalid_time": 1}
+    [named] = [span for span in store.spans_of("a" * 32) if span.span_id == f"{6:016x}"]
+    assert named.name == "chat 6 \ufffd"
+
+    _append(traces, _line(8))
+    assert _numbers(_store_cycle(source, store)) == [8]
+
+
+def test_a_line_whose_reading_fails_unexpectedly_is_counted_logged_and_read_past(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    def parse(text: str) -> ParseResult:
+        if "chat 2" in text:
+            raise KeyError("an error no check foresaw")
+        return parse_otlp_line(text)
+
+    traces = tmp_path / "traces.jsonl"
+    traces.write_text(_line(1) + _line(2) + _line(3))
+    source = OtlpFileSource(traces, parse_line=parse)
+
+    with caplog.at_level(logging.WARNING, logger="monitor.sources.otlp_file"):
+        batches, checkpoint = _pull(source, None)
+
+    assert _numbers(batches) == [1, 3] and batches[-1].rejected == {"parse_error": 1}
+    assert f"{traces}:2: could not read 1 x parse_error (KeyError: 'an error no check foresaw')" in caplog.text
+    _append(traces, _line(4))
+    later, _ = _pull(source, checkpoint)
+    assert _numbers(later) == [4]
 
 
 def test_a_directory_is_read_in_name_order_and_new_files_are_picked_up(tmp_path: Path) -> None:

@@ -79,8 +79,10 @@ class LocalModelServer:
         self._server = None
 
 
-REASON_MAX_CHARS = 160
-"""A small model fills free text until max_tokens; on 2 CPU cores every reply token costs ~40 ms."""
+REASON_MAX_CHARS = 100
+"""A small model fills free text until max_tokens, at worst one token per character ("1.1.1..."): 6 reasons of
+100 characters plus the JSON around them stay within the ~820 tokens a 6-dimension verdict is given, and on 2
+CPU cores every reply token costs ~40 ms."""
 
 PROMPT_OVERHEAD_TOKENS = 700
 """Instructions and rubric around the rendered conversation, in tokens (the weighted prompt is about 600)."""

@@ -6,9 +6,11 @@ slice's end, so the pipeline stores the slice's spans and the new watermark toge
 moves the watermark past rows that were not stored. The overlap re-reads rows ingested late; the store drops
 the ones it already has by span id. A slice that reaches the service's row or size limit (a ``PartialError``,
 or as many rows as the limit) is read again as two halves, so nothing is silently cut; any other partial
-result fails the cycle. Failures raise ``SourceError``s whose ``kind`` (auth, query, throttled, server,
+result fails the cycle, and so does a body that is not JSON (cut off, or a proxy's page): only a 204 or an
+empty body means no data. Failures raise ``SourceError``s whose ``kind`` (auth, query, throttled, server,
 timeout, partial, error) is the ``rubric_monitor_source_errors_total`` label: the pipeline logs and counts
-them.
+them. A row that cannot be read, whatever the reason, is a counted rejection, never a failed cycle; lone
+surrogates (which a cut at the character limit can leave) are replaced in every string read.
 """
 
 from __future__ import annotations
@@ -41,7 +43,13 @@ from azure.core.pipeline.policies import RetryPolicy
 from azure.monitor.query import LogsQueryClient, LogsQueryStatus, LogsTable, LogsTableRow
 
 from monitor.errors import ConfigError, SourceAuthError, SourceError, SourceQueryError
-from monitor.genai import cycle_collection_paused, load_json
+from monitor.genai import (
+    cycle_collection_paused,
+    decode_json_text,
+    load_json,
+    replace_lone_surrogates,
+    replace_lone_surrogates_in,
+)
 from monitor.metrics import MonitorMetrics
 from monitor.models import SpanRecord, as_utc
 from monitor.settings import AppInsightsCredentialSettings, AppInsightsSourceSettings
@@ -75,6 +83,11 @@ of results that run to tens of megabytes."""
 _CLOSING = {"[": "]", "{": "}"}
 ZERO = timedelta(0)
 _SMALLEST_SPLIT = timedelta(microseconds=2)
+MALFORMED_SPAN = "malformed_span"
+PARSE_ERROR = "parse_error"
+"""Rejection reason of a row whose reading raised an error no check foresaw."""
+_LOGGED_PARSE_ERRORS_PER_SLICE = 10
+_BODY_HEAD_CHARS = 80
 
 
 # --- credentials --------------------------------------------------------------------------------------------
@@ -164,19 +177,18 @@ def truncated_keys(properties: dict[str, Any]) -> tuple[str, ...]:
 
 
 def _broken_json(value: str) -> bool:
+    """Whether a value that opens like JSON was cut: its JSON breaks off, or it is plain text as long as a cap
+    (instructions may well be text that starts with a bracket)."""
     text = value.strip()
     closing = _CLOSING.get(text[:1])
     if closing is None:
         return False
-    if not text.endswith(closing):
-        return True
-    if len(value) < PROPERTY_CAP:
+    if text.endswith(closing) and len(value) < PROPERTY_CAP:
+        return False  # the usual case, settled without parsing: it closes and is too short to have been cut
+    decoded = decode_json_text(text)
+    if decoded.error is None:
         return False
-    try:
-        load_json(text)
-    except ValueError:
-        return True
-    return False
+    return decoded.truncated or len(value) in (PROPERTY_CAP, GEN_AI_PROPERTY_CAP)
 
 
 def event_span_id(trace_id: str, parent_id: str, moment: datetime, name: str,
@@ -192,7 +204,6 @@ class SliceRows:
     spans: list[SpanRecord]
     rejected: dict[str, int]
     rows: int
-    outside: int
 
 
 @dataclass(frozen=True)
@@ -218,17 +229,42 @@ class ResultTable:
 class QueryCapture:
     """The ``cls`` callback of a ``LogsQueryClient`` query: keeps each table's rows as sent.
 
-    The query runs with ``stream=True`` and ``raw_response_hook=read_body``, so the client skips its own
+    The query runs with ``stream=True`` and ``raw_response_hook=self.read_body``, so the client skips its own
     decoding of the body while the body is still read inside the pipeline, under the same retry policy as a
     buffered response. This callback decodes the body as the client would (``response.json()``) and gives
     the client the body without rows, from which it builds its result, status and partial error as usual.
+    The status and body of the last response are kept, to tell "no data" (204, empty) from a body that is
+    not JSON when decoding fails.
     """
 
     def __init__(self) -> None:
         self.rows: list[list[Any]] = []
+        self.status: int | None = None
+        self.body: bytes = b""
 
     def options(self) -> dict[str, Any]:
-        return {"stream": True, "raw_response_hook": read_body, "cls": self}
+        return {"stream": True, "raw_response_hook": self.read_body, "cls": self}
+
+    def read_body(self, response: PipelineResponse[Any, Any]) -> None:
+        """``raw_response_hook``: load a streamed body inside the pipeline, as a buffered request does."""
+        self.status = response.http_response.status_code
+        self.body = response.http_response.read()
+
+    @property
+    def no_data(self) -> bool:
+        """The last response said there is no data: 204 No Content, or an empty body."""
+        return self.status == 204 or (self.status is not None and not self.body)
+
+    def unreadable(self, target: str, exc: json.JSONDecodeError) -> SourceError:
+        """The error for a body that is not JSON: it may have held rows, so the window must not be passed."""
+        head = self.body[:_BODY_HEAD_CHARS].decode("utf-8", "replace")
+        message = (f"app_insights {target}: the query API answered {self.status} with a body that is not JSON "
+                   f"({len(self.body)} bytes; {exc.msg} at character {exc.pos}; it starts {head!r}): cut off "
+                   "in transit, or a proxy's page; the watermark stays and the next cycle reads the window "
+                   "again")
+        if self.status in (401, 403):
+            return SourceAuthError(message)
+        return _kind(SourceError(message), "server" if (self.status or 0) >= 500 else "error")
 
     def __call__(self, pipeline_response: PipelineResponse[Any, Any], deserialized: Any,
                  headers: Any) -> Any:
@@ -255,11 +291,6 @@ class QueryCapture:
         if position is None:
             return None
         return ResultTable.of(tables[position], self.rows[position])
-
-
-def read_body(response: PipelineResponse[Any, Any]) -> None:
-    """``raw_response_hook``: load a streamed body inside the pipeline, as a buffered request does."""
-    response.http_response.read()
 
 
 def response_json(response: Any) -> Any:
@@ -320,6 +351,8 @@ class RowReader:
             return self._read(table, window)
 
     def _read(self, table: LogsTable | ResultTable, window: Window) -> SliceRows:
+        """Every row becomes a span or event, a counted rejection, or nothing when it lies outside ``window``:
+        no row can fail the slice."""
         s = self.schema
         index = {name: position for position, name in enumerate(table.columns)}
         missing = [c for c in (s.time, s.item_type, s.operation_id, s.properties) if c not in index]
@@ -332,28 +365,40 @@ class RowReader:
         width = len(index)
         by_id: dict[str, SpanRecord] = {}
         rejected: dict[str, int] = {}
-        outside = 0
-        for row in table.rows:
-            if converters is not None and (not isinstance(row, list) or len(row) != width):
-                rejected["malformed_row"] = rejected.get("malformed_row", 0) + 1
-                continue
-            values = [*row, None]  # absent optional columns point at the trailing None
-            for position, convert in converters or ():
-                values[position] = convert(values[position])
-            moment = values[cells.time]
-            if not isinstance(moment, datetime):
-                rejected["bad_timestamp"] = rejected.get("bad_timestamp", 0) + 1
-                continue
-            moment = self._utc(moment)
-            if not window.start <= moment < window.end:
-                outside += 1  # rows of the agent lookback, or of a server that ignored the window
-                continue
-            record, reason = self._record(values, cells, moment)
-            if record is None:
-                rejected[reason] = rejected.get(reason, 0) + 1
-            else:
+        failures = 0
+        for number, row in enumerate(table.rows):
+            try:
+                record, reason = self._row(row, cells, converters, width, window)
+            except (TypeError, ValueError, OverflowError):
+                # A cell of the wrong type or size (a duration of 1e15 ms ends past year 9999): this row only.
+                record, reason = None, MALFORMED_SPAN
+            except Exception as exc:  # the last line of defence: a row must never stop the source
+                record, reason = None, PARSE_ERROR
+                failures += 1
+                if failures <= _LOGGED_PARSE_ERRORS_PER_SLICE:
+                    log.error("app_insights: window %s: row %d could not be read (%s: %s), skipped: %.300r",
+                              window, number, type(exc).__name__, exc, row)
+            if record is not None:
                 by_id.setdefault(record.span_id, record)
-        return SliceRows(list(by_id.values()), rejected, len(table.rows), outside)
+            elif reason:
+                rejected[reason] = rejected.get(reason, 0) + 1
+        return SliceRows(list(by_id.values()), rejected, len(table.rows))
+
+    def _row(self, row: Any, cells: _Cells, converters: list[tuple[int, Callable[[Any], Any]]] | None,
+             width: int, window: Window) -> tuple[SpanRecord | None, str]:
+        """The record of one row, or why it has none (no reason: it lies outside ``window``)."""
+        if converters is not None and (not isinstance(row, list) or len(row) != width):
+            return None, "malformed_row"
+        values = [*row, None]  # absent optional columns point at the trailing None
+        for position, convert in converters or ():
+            values[position] = convert(values[position])
+        moment = values[cells.time]
+        if not isinstance(moment, datetime):
+            return None, "bad_timestamp"
+        moment = self._utc(moment)
+        if not window.contains(moment):
+            return None, ""  # a row of the agent lookback, or of a server that ignored the window
+        return self._record(values, cells, moment)
 
     @staticmethod
     def _converters(table: ResultTable, cells: _Cells) -> list[tuple[int, Callable[[Any], Any]]]:
@@ -459,17 +504,20 @@ class _Cells:
 
 def _text(value: Any) -> str:
     # The client turns a null guid/timespan cell into the string 'None'.
-    return "" if value is None or value == "None" else str(value)
+    if value is None or value == "None":
+        return ""
+    text = str(value)
+    return text if text.isascii() else replace_lone_surrogates(text)
 
 
 def _properties(cell: Any) -> dict[str, Any] | None:
     if cell is None or cell == "":
         return {}
-    if isinstance(cell, dict):
-        return cell
     try:
-        parsed = load_json(cell)
-    except (TypeError, ValueError):
+        if isinstance(cell, dict):
+            return dict(replace_lone_surrogates_in(cell))
+        parsed = load_json(cell)  # replaces lone surrogates itself
+    except (TypeError, ValueError, RecursionError):
         return None
     if parsed is None:
         return {}
@@ -654,7 +702,7 @@ class AppInsightsSource:
             watermark = yield from self._read(left, watermark, now, depth + 1)
             return (yield from self._read(right, watermark, now, depth + 1))
         rows = outcome
-        self._count(rows, window)
+        self._log_slice(rows, window)
         advanced = window.end if watermark is None else max(watermark, window.end)
         yield SourceBatch(spans=rows.spans, checkpoint=Checkpoint(advanced, self.target).dump(),
                           rejected=rows.rejected, rows=rows.rows)
@@ -666,7 +714,7 @@ class AppInsightsSource:
         # stores them.
         outcome = self._query(window)
         if outcome is None:
-            return SliceRows([], {}, 0, 0)
+            return SliceRows([], {}, 0)
         if isinstance(outcome, _LimitReached):
             return outcome
         return self._reader.read(outcome, window)
@@ -686,9 +734,13 @@ class AppInsightsSource:
                 result = self._client.query_resource(str(self.settings.resource_id), query, timespan=timespan,
                                                      server_timeout=self.settings.server_timeout_seconds,
                                                      **capture.options())
-        except json.JSONDecodeError:
-            return None  # 204 No Content: the client cannot parse the empty body; there is no data
-        except (AzureError, ValueError, OSError) as exc:
+        except json.JSONDecodeError as exc:
+            # The client fails to parse the empty body of a 204 (No Content: there is no data); any other body
+            # that is not JSON may have held rows.
+            if capture.no_data:
+                return None
+            raise capture.unreadable(self.target, exc) from exc
+        except (AzureError, ValueError, OSError, RecursionError) as exc:
             raise source_error(exc, self.target, self.settings) from exc
         finally:
             self.metrics.source_query_latency.labels(SOURCE).observe(time.perf_counter() - started)
@@ -707,9 +759,10 @@ class AppInsightsSource:
 
     # --- bookkeeping ----------------------------------------------------------------------------------------
 
-    def _count(self, rows: SliceRows, window: Window) -> None:
-        # Rejected rows travel in the batch: the pipeline counts them (rubric_monitor_spans_rejected_total).
-        self.metrics.source_rows.labels(SOURCE).inc(rows.rows)
+    @staticmethod
+    def _log_slice(rows: SliceRows, window: Window) -> None:
+        # Rows read and rows rejected travel in the batch: the pipeline counts both once the batch is stored
+        # (rubric_monitor_source_rows_total, rubric_monitor_spans_rejected_total).
         if rows.rejected:
             reasons = ", ".join(f"{reason}={count}" for reason, count in sorted(rows.rejected.items()))
             log.warning("app_insights: window %s: %d row(s) skipped (%s)", window,

@@ -113,10 +113,6 @@ class Window:
     start: datetime
     end: datetime
 
-    @property
-    def seconds(self) -> float:
-        return (self.end - self.start).total_seconds()
-
     def halves(self) -> tuple[Window, Window]:
         middle = self.start + (self.end - self.start) / 2
         return Window(self.start, middle), Window(middle, self.end)

@@ -15,7 +15,7 @@ import hashlib
 import json
 import logging
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -23,7 +23,7 @@ from typing import BinaryIO
 
 from monitor.errors import SourceError
 from monitor.models import SpanRecord
-from monitor.otlp import parse_otlp_line
+from monitor.otlp import ParseResult, parse_otlp_line
 from monitor.sources.base import SourceBatch
 
 logger = logging.getLogger(__name__)
@@ -60,12 +60,15 @@ class _Pending:
 
 
 class OtlpFileSource:
-    def __init__(self, path: Path, name: str = "otlp_file", batch_spans: int = DEFAULT_BATCH_SPANS) -> None:
+    def __init__(self, path: Path, name: str = "otlp_file", batch_spans: int = DEFAULT_BATCH_SPANS, *,
+                 parse_line: Callable[[str], ParseResult] = parse_otlp_line) -> None:
+        """``parse_line`` reads one line (the OTLP JSON format unless told otherwise)."""
         if batch_spans < 1:
             raise ValueError(f"batch_spans must be at least 1, got {batch_spans}")
         self.path = Path(path)
         self.name = name
         self._batch_spans = batch_spans
+        self._parse_line_text = parse_line
 
     def pull(self, checkpoint: str | None, now: datetime) -> Iterator[SourceBatch]:
         """Yield what was appended since ``checkpoint``, at most about ``batch_spans`` spans per batch.
@@ -141,7 +144,7 @@ class OtlpFileSource:
             if not text.strip():
                 return {}, ""
             try:
-                spans, rejected = parse_otlp_line(text)
+                spans, rejected = self._parse_line_text(text)
             except Exception as exc:  # a line we failed to read must never hold the position back
                 spans, rejected = [], {PARSE_ERROR: 1}
                 failure = f"{type(exc).__name__}: {exc}"

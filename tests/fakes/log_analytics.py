@@ -331,6 +331,14 @@ class FakeLogAnalytics:
         recorded.tables = tuple(tables_named(recorded.query, list(dataset)))
         recorded.timespan = parse_timespan(recorded.body.get("timespan"), self.clock())
 
+    def data_reply(self, recorded: Recorded) -> Reply:
+        """The data reply to a query request, as served when nothing is scripted (for an ``on_query`` hook
+        that alters it)."""
+        dataset = self._dataset_for(recorded.path.split("?", 1)[0])
+        if dataset is None:
+            raise ValueError(f"no workspace or resource at {recorded.path}")
+        return self._run(recorded, dataset)
+
     def _run(self, recorded: Recorded, dataset: Dataset) -> Reply:
         if not recorded.tables:
             return no_content()
