@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 SchemaName = Literal[
     "input-messages",
@@ -35,16 +35,7 @@ SchemaName = Literal[
     "retrieval-documents",
 ]
 Generation = Literal["pre_move", "current"]
-SCHEMA_NAMES: tuple[SchemaName, ...] = (
-    "input-messages",
-    "output-messages",
-    "system-instructions",
-    "tool-definitions",
-    "tool-call-arguments",
-    "tool-call-result",
-    "memory-records",
-    "retrieval-documents",
-)
+SCHEMA_NAMES: tuple[SchemaName, ...] = get_args(SchemaName)
 
 _STRING = "string"
 _OPTIONAL_STRING = "string_or_null"
