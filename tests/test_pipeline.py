@@ -330,3 +330,15 @@ def test_a_store_that_fails_during_scrapes_still_serves_the_daemons_health(setup
     monitor.store._engine = __import__("sqlalchemy").create_engine("sqlite:////nonexistent/dir/x.db")
     text = generate_latest(monitor.registry).decode()
     assert "rubric_monitor_cycles_total" in text and "rubric_monitor_pass_rate{" not in text
+
+
+def test_a_spent_quota_fails_fast_waits_and_shows_in_health(setup: Setup) -> None:
+    setup.handler[0] = lambda r: error(429, "You exceeded your current quota", "rate_limit_exceeded",
+                                       headers={"retry-after": "3600"})
+    monitor = setup.monitor(judge={"concurrency": 1, "max_retry_wait_seconds": 5})
+    report = monitor.run_cycle()
+    assert report.evaluations == {} and setup.server.count == 1  # the others fail fast, without a request
+    assert any("quota is spent" in p for p in monitor.health.problems())
+    monitor.run_cycle()
+    assert setup.server.count == 1 and monitor.store.results() == []  # waiting, never unscored
+    monitor.close()

@@ -328,8 +328,19 @@ class OpenAIJudge:
         return self._auth_failed_at is not None
 
     @property
+    def problem(self) -> str | None:
+        """Why the judge takes no calls right now (for ``/healthz``), or None when it does."""
+        if self.auth_failed:
+            return "the judge refuses our credential (401/403); calls paused until it works again"
+        if self._quota_blocked_until is not None:
+            left = self._quota_blocked_until - time.monotonic()
+            if left > 0:
+                return f"the judge's quota is spent; calls resume in {left:.0f}s"
+        return None
+
+    @property
     def healthy(self) -> bool:
-        return not self.auth_failed
+        return self.problem is None
 
     def response_mode(self, model: str | None = None) -> ResponseMode:
         """The response mode the next call for ``model`` will use (after any fallback learnt so far)."""
