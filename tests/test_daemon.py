@@ -78,20 +78,25 @@ class Daemon:
             self._log_handle.close()
 
 
-def test_daemon_scores_exports_stops_and_resumes_without_rejudging(tmp_path: Path) -> None:
-    promtool = require_binary("promtool")
+def daemon_config(tmp_path: Path, judge_url: str, port: int, **sections: object) -> Path:
+    """The bundled traces and rubrics copied under ``tmp_path``, the judge at ``judge_url``, metrics on ``port``."""
     shutil.copytree(REPO / "examples" / "traces", tmp_path / "traces")
     shutil.copytree(REPO / "examples" / "rubrics", tmp_path / "rubrics")
+    return write_config(tmp_path / "config.yaml", judge_config(
+        judge_url,
+        source={"kind": "otlp_file", "path": str(tmp_path / "traces")},
+        rubrics={"directory": str(tmp_path / "rubrics")},
+        store={"url": f"sqlite:///{tmp_path / 'results.db'}"},
+        metrics={"host": "127.0.0.1", "port": port},
+        **sections,
+    ))
+
+
+def test_daemon_scores_exports_stops_and_resumes_without_rejudging(tmp_path: Path) -> None:
+    promtool = require_binary("promtool")
     port = free_port()
     with ScriptedOpenAIServer(lambda r: verdict(r, SEED_PASS_SCORES)) as judge:
-        config = write_config(tmp_path / "config.yaml", judge_config(
-            judge.base_url,
-            interval_seconds=1,
-            source={"kind": "otlp_file", "path": str(tmp_path / "traces")},
-            rubrics={"directory": str(tmp_path / "rubrics")},
-            store={"url": f"sqlite:///{tmp_path / 'results.db'}"},
-            metrics={"host": "127.0.0.1", "port": port},
-        ))
+        config = daemon_config(tmp_path, judge.base_url, port, interval_seconds=1)
         daemon = Daemon(config, tmp_path, port)
         try:
             wait_for(lambda: daemon.cycles() >= 1 and judge.count >= 3, 60, "the first cycle to judge 3 conversations")
@@ -130,8 +135,6 @@ def test_daemon_scores_exports_stops_and_resumes_without_rejudging(tmp_path: Pat
 def test_sigterm_lets_the_evaluations_in_flight_finish_and_be_recorded(tmp_path: Path) -> None:
     import sqlite3
 
-    shutil.copytree(REPO / "examples" / "traces", tmp_path / "traces")
-    shutil.copytree(REPO / "examples" / "rubrics", tmp_path / "rubrics")
     port = free_port()
 
     def slow_verdict(request: Recorded) -> Reply:
@@ -140,15 +143,7 @@ def test_sigterm_lets_the_evaluations_in_flight_finish_and_be_recorded(tmp_path:
         return reply
 
     with ScriptedOpenAIServer(slow_verdict) as judge:
-        config = write_config(tmp_path / "config.yaml", judge_config(
-            judge.base_url,
-            interval_seconds=60,
-            source={"kind": "otlp_file", "path": str(tmp_path / "traces")},
-            rubrics={"directory": str(tmp_path / "rubrics")},
-            store={"url": f"sqlite:///{tmp_path / 'results.db'}"},
-            metrics={"host": "127.0.0.1", "port": port},
-            judge={"concurrency": 1},
-        ))
+        config = daemon_config(tmp_path, judge.base_url, port, interval_seconds=60, judge={"concurrency": 1})
         daemon = Daemon(config, tmp_path, port)
         wait_for(lambda: judge.count >= 1, 60, "the first judge call to be in flight")
         assert daemon.stop() == 0, daemon.log.read_text()[-3000:]

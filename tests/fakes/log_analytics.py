@@ -35,6 +35,8 @@ from typing import Any
 import isodate
 import trustme
 
+from tests.fakes.http import read_json_request
+
 Column = tuple[str, str]
 TIME_COLUMNS = ("timestamp", "TimeGenerated")
 
@@ -407,14 +409,8 @@ class _Handler(BaseHTTPRequestHandler):
         return
 
     def do_POST(self) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
-        raw = self.rfile.read(length)
-        try:
-            body = json.loads(raw or b"{}")
-        except json.JSONDecodeError:
-            body = {}
-        headers = {k.lower(): v for k, v in self.headers.items()}
-        recorded = Recorded("POST", self.path, headers, body if isinstance(body, dict) else {})
+        headers, body = read_json_request(self)
+        recorded = Recorded("POST", self.path, headers, body)
         reply = self.server.fake._receive(recorded)
         if reply.delay:
             time.sleep(reply.delay)

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from tests.fakes.http import read_json_request
+
 
 @dataclass
 class Recorded:
@@ -190,14 +192,8 @@ class ScriptedOpenAIServer:
                 return
 
             def do_POST(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                raw = self.rfile.read(length)
-                try:
-                    body = json.loads(raw or b"{}")
-                except json.JSONDecodeError:
-                    body = {}
-                recorded = Recorded(self.path, {k.lower(): v for k, v in self.headers.items()}, body,
-                                    received_at=time.monotonic())
+                headers, body = read_json_request(self)
+                recorded = Recorded(self.path, headers, body, received_at=time.monotonic())
                 with outer._lock:
                     outer.requests.append(recorded)
                 reply = outer.handler(recorded)
