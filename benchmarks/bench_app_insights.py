@@ -63,8 +63,7 @@ T0 = datetime(2026, 9, 1, 10, 0, tzinfo=UTC)
 TRACE_MARK = "feedfacefeedface"  # the first 16 hex digits of every template trace id, replaced per replica
 SPAN_MARK = "c0ffee"  # the first 6 hex digits of every template span id
 CONVERSATION_MARK = "convREPLICA"
-SHARED = Path(os.environ.get("RUBRIC_MONITOR_SHARED_DIR", HERE.parent / "shared"))
-TAU_BENCH = SHARED / "corpora" / "tau-bench-airline" / "gpt-4o-airline.json"
+TAU_BENCH = HERE.parent / "tests" / "data" / "corpora" / "tau-bench-airline" / "gpt-4o-airline.json"
 TABLES = ("AppDependencies", "AppRequests", "AppTraces")
 
 

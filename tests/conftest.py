@@ -1,4 +1,4 @@
-"""Shared fixtures: where the shared corpora are, and which external binaries the tests may use."""
+"""Shared fixtures: where the test corpora are, and which external binaries the tests may use."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = Path(os.environ.get("RUBRIC_MONITOR_SHARED_DIR", REPO.parent / "shared"))
-CORPORA = SHARED / "corpora"
+# Public corpora copied into the repository with their licences (tests/data/corpora/*/LICENSE and SOURCE.md), so a
+# fresh clone runs every test with nothing beside it.
+CORPORA = REPO / "tests" / "data" / "corpora"
 TAU_BENCH = CORPORA / "tau-bench-airline" / "gpt-4o-airline.json"
 
 
