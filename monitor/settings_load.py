@@ -18,18 +18,17 @@ Priority, lowest first: defaults, the YAML file, files in ``RUBRIC_MONITOR_SECRE
 from __future__ import annotations
 
 import difflib
-import types
 import typing
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
-from pydantic_core import ErrorDetails
 
 from monitor.documents import DocumentError, load_json, load_yaml, read_document_text
 from monitor.errors import ConfigError
 from monitor.settings import ENV_PREFIX, Settings
+from monitor.validation_errors import fields_of, members, translate_errors
 
 RESERVED = ("CONFIG", "SECRETS_DIR")
 """``RUBRIC_MONITOR_`` variables that locate settings rather than being settings."""
@@ -151,26 +150,6 @@ def _resolve(segments: list[str]) -> Any:
     return annotation
 
 
-def fields_of(annotation: Any) -> dict[str, Any] | None:
-    """Field name → annotation of a model, or of every model of a union (``source`` takes either kind's)."""
-    models = [a for a in _members(annotation) if isinstance(a, type) and issubclass(a, BaseModel)]
-    if not models:
-        return None
-    fields: dict[str, Any] = {}
-    for model in models:
-        for name, info in model.model_fields.items():
-            fields.setdefault(name, info.annotation)
-    return fields
-
-
-def _members(annotation: Any) -> tuple[Any, ...]:
-    if typing.get_origin(annotation) is typing.Annotated:
-        return _members(typing.get_args(annotation)[0])
-    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
-        return tuple(m for arg in typing.get_args(annotation) for m in _members(arg))
-    return (annotation,)
-
-
 def _suggest(name: str, candidates: Mapping[str, Any] | list[str]) -> str:
     close = difflib.get_close_matches(name, list(candidates), n=1, cutoff=0.6)
     return f"; did you mean `{close[0]}`?" if close else ""
@@ -179,14 +158,14 @@ def _suggest(name: str, candidates: Mapping[str, Any] | list[str]) -> str:
 def convert_text(annotation: Any, text: str) -> Any:
     """A setting's value from the text of a variable or file: scalars as they are (pydantic converts them),
     lists of strings as JSON or ``a,b,c``, other structures as JSON."""
-    members = [m for m in _members(annotation) if m is not type(None)]
-    if text == "" and len(members) < len(_members(annotation)):
+    kinds = [m for m in members(annotation) if m is not type(None)]
+    if text == "" and len(kinds) < len(members(annotation)):
         return None  # an empty variable unsets an optional setting
-    if all(_is_string_list(m) for m in members) and members:
+    if all(_is_string_list(m) for m in kinds) and kinds:
         if text.lstrip().startswith("["):
             return _json(text)
         return [part.strip() for part in text.split(",") if part.strip()]
-    if any(_is_structured(m) for m in members):
+    if any(_is_structured(m) for m in kinds):
         return _json(text)
     return text
 
@@ -216,95 +195,3 @@ def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
         else:
             merged[key] = value
     return merged
-
-
-# ---- errors in the user's names --------------------------------------------------------------------------
-
-
-def translate_errors(errors: list[ErrorDetails], model: type[BaseModel], where: str,
-                     origins: Mapping[tuple[str, ...], str] | None = None) -> list[ConfigError]:
-    """pydantic's errors as ``ConfigError``s naming the setting (or rubric field) as the user wrote it.
-
-    Union tags pydantic puts into locations are dropped; an unknown field names the closest valid one, and the
-    "Field required" that the same misspelling causes is left out.
-    """
-    translated: list[tuple[tuple[str, ...], str, str]] = []  # (user path, error type, message)
-    suggested: set[tuple[str, ...]] = set()
-    for error in errors:
-        path, parent = _user_path(error["loc"], model)
-        message = error["msg"].removeprefix("Value error, ")
-        kind = error["type"]
-        if kind == "extra_forbidden":
-            name = path[-1] if path else ""
-            candidates = list(fields_of(parent) or {}) if parent is not None else []
-            close = difflib.get_close_matches(name, candidates, n=1, cutoff=0.6)
-            if close:
-                message = f"`{name}` is not allowed; did you mean `{close[0]}`?"
-                suggested.add((*path[:-1], close[0]))
-            else:
-                message = f"`{name}` is not allowed" + (f" (allowed: {', '.join(candidates)})" if candidates else "")
-        elif kind in ("union_tag_invalid", "union_tag_not_found"):
-            context = error.get("ctx") or {}
-            tags = str(context.get("expected_tags", "")).replace("'", "")
-            path = (*path, "kind")
-            given = context.get("tag")
-            message = f"must be one of {tags}" + (f", not {given!r}" if given is not None else "")
-        elif ": " in message and not path and kind == "value_error":
-            # A model-level check names its field first ("dimensions.0.id: duplicate dimension id").
-            field, _, message = message.partition(": ")
-            path = tuple(field.split("."))
-        translated.append((path, kind, message))
-    result: list[ConfigError] = []
-    for path, kind, message in translated:
-        if kind == "missing" and path in suggested:
-            continue
-        origin = _origin(path, origins or {}) or where
-        result.append(ConfigError(origin, ".".join(path) or None, message))
-    return result or [ConfigError(where, None, "invalid")]
-
-
-def _origin(path: tuple[str, ...], origins: Mapping[tuple[str, ...], str]) -> str | None:
-    for length in range(len(path), 0, -1):
-        if path[:length] in origins:
-            return origins[path[:length]]
-    return None
-
-
-def _user_path(loc: tuple[int | str, ...], model: type[BaseModel]) -> tuple[tuple[str, ...], Any]:
-    """``loc`` without union tags, and the model (or union) holding the last element."""
-    path: list[str] = []
-    annotation: Any = model
-    parent: Any = model
-    for element in loc:
-        tags = _union_tags(annotation)
-        if isinstance(element, str) and element in tags:
-            annotation = parent = tags[element]
-            continue
-        path.append(str(element))
-        parent = annotation
-        annotation = _child(annotation, element)
-    return tuple(path), parent
-
-
-def _union_tags(annotation: Any) -> dict[str, Any]:
-    members = [m for m in _members(annotation) if isinstance(m, type) and issubclass(m, BaseModel)]
-    if len(members) < 2:
-        return {}
-    tags: dict[str, Any] = {}
-    for member in members:
-        kind = member.model_fields.get("kind")
-        for value in typing.get_args(kind.annotation) if kind is not None else ():
-            tags[str(value)] = member
-    return tags
-
-
-def _child(annotation: Any, element: int | str) -> Any:
-    for member in _members(annotation):
-        origin = typing.get_origin(member)
-        if origin is dict:
-            return typing.get_args(member)[1]
-        if origin in (tuple, list):
-            return typing.get_args(member)[0]
-        if isinstance(member, type) and issubclass(member, BaseModel) and str(element) in member.model_fields:
-            return member.model_fields[str(element)].annotation
-    return None
