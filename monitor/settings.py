@@ -1,9 +1,10 @@
 """Every setting of the daemon, in one place.
 
 Sources, lowest priority first: the defaults below, one YAML file (``--config FILE`` or ``RUBRIC_MONITOR_CONFIG``),
-files in ``RUBRIC_MONITOR_SECRETS_DIR`` (Kubernetes secret mounts), then environment variables
-``RUBRIC_MONITOR_<SECTION>__<FIELD>`` (for example ``RUBRIC_MONITOR_JUDGE__MODEL=gpt-4.1``). Unknown keys are errors.
-Each field's docstring is its documentation; the README's configuration table is generated from them
+files in ``RUBRIC_MONITOR_SECRETS_DIR`` (Kubernetes secret mounts, named like the variables), then environment
+variables ``RUBRIC_MONITOR_<SECTION>__<FIELD>`` (for example ``RUBRIC_MONITOR_JUDGE__MODEL=gpt-4.1``). Unknown
+keys, misspelled nested variables and secret files that match no setting are errors (``monitor.settings_load``
+reads them). Each field's docstring is its documentation; the configuration table is generated from them
 (``rubric-monitor config-doc``).
 """
 

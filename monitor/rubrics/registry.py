@@ -185,7 +185,7 @@ class RubricRegistry:
                 raise RubricError(str(path), "name", f"rubric name {rubric.name!r} is also used by {other}")
 
     def _report(self, work: _Refresh, key: str, exc: RubricError) -> None:
-        message = str(exc)
+        message = "; ".join(str(problem) for problem in exc.all)
         work.rejected.append(key)
         if work.problems.get(key) == message:
             return  # reported already; an unchanged broken file is not a new error every cycle
