@@ -134,6 +134,7 @@ def build_monitor(settings: Settings, registry: CollectorRegistry | None = None)
     store = SqlStore(url)
     source = build_source(settings.source, metrics)
     judge = build_judge(settings.judge, metrics)
+    metrics.judge_configured(settings.judge.kind, settings.judge.model)
     registry.register(StoredAggregatesCollector(lambda _: store.window_aggregates(windows, utc_now()),
                                                 [w for w, _ in windows]))
     delay = settings.source.ingestion_delay_seconds if settings.source.kind == "app_insights" else 0.0

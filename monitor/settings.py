@@ -219,8 +219,13 @@ class MetricsSettings(_Section):
     """Address of the Prometheus endpoint (``/metrics``) and health probes (``/healthz``, ``/readyz``)."""
     port: int = Field(default=9464, ge=0, le=65535)
     """Port of the Prometheus endpoint and health probes."""
-    windows: tuple[str, ...] = ("1h", "24h", "7d")
-    """Rolling windows of the pass-rate and dimension-mean gauges (s, m, h, d units)."""
+    windows: tuple[str, ...] = ("1h", "24h")
+    """Rolling windows of the pass-rate, scored-evaluations and dimension-mean gauges, in whole hours (h, d, w
+    units); each window adds series (see docs/metrics.md), and Prometheus computes any other window from the
+    counters with ``increase()``."""
+    max_agents_per_rubric: int = Field(default=50, ge=1, le=10_000)
+    """Agents with their own series per rubric; agent names come from trace data, so further agents are counted
+    under ``agent="other"``."""
 
 
 class RubricSettings(_Section):
