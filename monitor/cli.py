@@ -109,7 +109,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    from monitor.app import parse_window
+    from monitor.rollups import parse_window
     from monitor.rubrics.registry import RubricRegistry
 
     settings = load_settings(args.config)

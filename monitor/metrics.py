@@ -1,31 +1,28 @@
-"""⑥ Prometheus metrics: one object owns every event metric for one registry.
+"""⑥ Prometheus metrics: one object owns every metric of one registry, and the catalog ``docs/metrics.md`` lists.
 
-Events (evaluations, judge calls, spans read) are Counters and Histograms updated as they happen. Quality gauges
-over rolling windows (pass rate, dimension mean) are yielded by ``StoredAggregatesCollector`` at scrape time from the
-result store, so a restart does not blank them. No label is unbounded: never a conversation id, never generated
-rubric-item text.
+The daemon's own events (judge calls, spans read, cycles) are prometheus_client Counters, Gauges and Histograms
+updated as they happen. The quality metrics (``monitor.quality``: counters by rubric, version, agent and dimension,
+and the rolling-window gauges) are the bulk of the series; they are prepared once at the end of each cycle and
+served as they are (``monitor.exposition``), so a scrape never reads the store. No label is unbounded: never a
+conversation id, never generated rubric-item text, at most ``metrics.max_agents_per_rubric`` agents per rubric.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
-from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.metrics import MetricWrapperBase
-from prometheus_client.registry import Collector
 
 from monitor import __version__
 from monitor.evaluators.prompts import PROMPT_VERSION
 from monitor.models import EvaluationResult
+from monitor.quality import QUALITY_FAMILIES, FamilySpec, QualityMetrics
+from monitor.rollups import Window
 
 log = logging.getLogger(__name__)
 
-SCORES = ("1", "2", "3", "4", "5")
-"""The values of a dimension score: label values of ``rubric_monitor_dimension_scores_total{score}``."""
-OUTCOMES = ("pass", "fail", "unscored")
 SKIP_REASONS = ("sampled_out", "cycle_cap", "budget_exhausted", "judge_unavailable", "evaluator_error",
                 "no_evaluator", "no_content")
 """Reasons of ``rubric_monitor_evaluations_skipped_total``, pre-created at zero for every active rubric."""
@@ -43,35 +40,11 @@ CYCLE_BUCKETS = (0.1, 0.5, 1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 class MonitorMetrics:
     """Every counter and histogram of the daemon, registered on ``registry`` (a fresh one per test)."""
 
-    def __init__(self, registry: CollectorRegistry) -> None:
+    def __init__(self, registry: CollectorRegistry, windows: Sequence[Window] = (),
+                 max_agents_per_rubric: int = 50) -> None:
         self.registry = registry
-        # ⑥ the contract for dashboards and alerts
-        self.evaluations = Counter(
-            "rubric_monitor_evaluations",
-            "Evaluations recorded, by outcome (pass, fail, unscored; exclusive).",
-            ["rubric", "rubric_version", "agent", "outcome"],
-            registry=registry,
-        )
-        self.score_sum = Counter(
-            "rubric_monitor_score_sum",
-            "Sum of the overall score (0 to 1) of scored evaluations; mean over a window = "
-            "increase(score_sum) / increase(evaluations{outcome=~\"pass|fail\"}).",
-            ["rubric", "rubric_version", "agent"],
-            registry=registry,
-        )
-        self.dimension_scores = Counter(
-            "rubric_monitor_dimension_scores",
-            "Applicable dimension scores of weighted rubrics, counted by value (score 1 to 5).",
-            ["rubric", "rubric_version", "agent", "dimension", "score"],
-            registry=registry,
-        )
-        self.dimension_score_sum = Counter(
-            "rubric_monitor_dimension_score_sum",
-            "Sum of the applicable dimension scores (1 to 5); mean = increase(dimension_score_sum) / "
-            "sum without(score) (increase(dimension_scores)).",
-            ["rubric", "rubric_version", "agent", "dimension"],
-            registry=registry,
-        )
+        self.quality = QualityMetrics(windows, max_agents_per_rubric)
+        registry.register(self.quality)
         # ① source
         self.spans = Counter("rubric_monitor_spans", "Spans read from a source.", ["source"], registry=registry)
         self.source_rows = Counter(
@@ -242,62 +215,13 @@ class MonitorMetrics:
         self.judge_invalid_replies.labels(model)
 
     def record_result(self, result: EvaluationResult) -> None:
-        """Count a recorded result: its outcome, score and applicable dimension scores."""
-        labels = (result.rubric, result.rubric_version, result.agent)
-        exemplar = {"trace_id": result.trace_ids[-1][:64]} if result.trace_ids else None
-        for outcome in OUTCOMES:
-            self.evaluations.labels(*labels, outcome)
-        self.evaluations.labels(*labels, result.outcome).inc(exemplar=exemplar)
-        if result.score is None or result.outcome == "unscored":
-            return
-        self.score_sum.labels(*labels).inc(result.score, exemplar=exemplar)
-        for dimension in result.dimension_scores:
-            if dimension.applicable and dimension.score is not None:
-                for score in SCORES:
-                    self.dimension_scores.labels(*labels, dimension.id, score)
-                self.dimension_scores.labels(*labels, dimension.id, str(dimension.score)).inc(exemplar=exemplar)
-                self.dimension_score_sum.labels(*labels, dimension.id).inc(dimension.score, exemplar=exemplar)
+        """Count a recorded result (served from the end of the cycle)."""
+        self.quality.record(result)
 
     def rubric_active(self, rubric: str) -> None:
         """Pre-create a rubric's skip counters at zero (``rate()`` and ratios work from the first cycle)."""
         for reason in SKIP_REASONS:
             self.skipped.labels(rubric, reason)
-
-
-@dataclass(frozen=True)
-class WindowAggregate:
-    """Pass rate and dimension means of current, scored results within one window, per (rubric, agent)."""
-
-    rubric: str
-    agent: str
-    window: str
-    rubric_version: str
-    scored: int
-    passed: int
-    dimension_means: dict[str, float]
-
-
-@dataclass(frozen=True)
-class FamilySpec:
-    """One metric family of the catalog: what ``docs/metrics.md`` lists."""
-
-    name: str
-    """Its name as scraped (counters with their ``_total``)."""
-    type: str
-    labels: tuple[str, ...]
-    help: str
-
-
-PASS_RATE = FamilySpec(
-    "rubric_monitor_pass_rate", "gauge", ("rubric", "rubric_version", "agent", "window"),
-    "Share of scored evaluations that passed, over a rolling window (unscored ones are left out).")
-SCORED = FamilySpec(
-    "rubric_monitor_scored_evaluations", "gauge", ("rubric", "rubric_version", "agent", "window"),
-    "Scored evaluations in the rolling window (the pass rate's sample size).")
-DIMENSION_MEAN = FamilySpec(
-    "rubric_monitor_dimension_mean", "gauge", ("rubric", "rubric_version", "agent", "dimension", "window"),
-    "Mean score (1 to 5) of a dimension over a rolling window.")
-WINDOW_FAMILIES = (PASS_RATE, SCORED, DIMENSION_MEAN)
 
 
 def catalog(metrics: MonitorMetrics) -> list[FamilySpec]:
@@ -315,7 +239,7 @@ def catalog(metrics: MonitorMetrics) -> list[FamilySpec]:
                 walk(value, depth + 1)  # another helper's block of metrics, held as an attribute
 
     walk(metrics, 0)
-    for spec in WINDOW_FAMILIES:
+    for spec in QUALITY_FAMILIES:
         found[spec.name] = spec
     return sorted(found.values(), key=lambda spec: spec.name)
 
@@ -329,29 +253,3 @@ def metrics_table(metrics: MonitorMetrics) -> str:
     return "\n".join(rows)
 
 
-class StoredAggregatesCollector(Collector):
-    """Yields the rolling-window gauges from the store on every scrape; keeps no state between scrapes."""
-
-    def __init__(self, query: Callable[[Sequence[str]], Iterable[WindowAggregate]], windows: Sequence[str]) -> None:
-        self._query = query
-        self._windows = tuple(windows)
-
-    def collect(self) -> Iterable[Metric]:
-        pass_rate, scored, dimension_mean = (GaugeMetricFamily(s.name, s.help, labels=list(s.labels))
-                                             for s in WINDOW_FAMILIES)
-        try:
-            aggregates = list(self._query(self._windows))
-        except Exception:
-            # A scrape must still deliver the daemon's own health when the store is down.
-            log.exception("rolling-window gauges unavailable: the store did not answer")
-            aggregates = []
-        for agg in aggregates:
-            labels = [agg.rubric, agg.rubric_version, agg.agent, agg.window]
-            scored.add_metric(labels, agg.scored)
-            if agg.scored:
-                pass_rate.add_metric(labels, agg.passed / agg.scored)
-            for dimension, mean in sorted(agg.dimension_means.items()):
-                dimension_mean.add_metric([agg.rubric, agg.rubric_version, agg.agent, dimension, agg.window], mean)
-        yield pass_rate
-        yield scored
-        yield dimension_mean
