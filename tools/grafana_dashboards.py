@@ -190,9 +190,9 @@ FAILING_LINK = {
     "targetBlank": True,
 }
 
-MEAN_SCORE = ("sum by (rubric, agent) (increase(rubric_monitor_score_sum_total{%s}[$window]))"
-              " / sum by (rubric, agent) (increase(rubric_monitor_evaluations_total{%s, outcome=~\"pass|fail\"}"
-              "[$window]))") % (SEL, SEL)
+MEAN_SCORE = (f"sum by (rubric, agent) (increase(rubric_monitor_score_sum_total{{{SEL}}}[$window]))"
+              f" / sum by (rubric, agent) (increase(rubric_monitor_evaluations_total{{{SEL}, outcome=~\"pass|fail\"}}"
+              "[$window]))")
 NON_WEIGHTED = ('max by (rubric, rubric_version, kind) (rubric_monitor_rubric_info{rubric=~"$rubric", '
                 'kind!="weighted"})')
 
