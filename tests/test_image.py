@@ -33,6 +33,7 @@ import pytest
 import yaml
 
 from tests.conftest import REPO, require_binary
+from tests.test_deploy import render
 
 pytestmark = pytest.mark.slow
 
@@ -120,7 +121,6 @@ def _buildah_available() -> str:
             pytest.fail("the image test builds with buildah --isolation chroot, which needs root")
         pytest.skip("the image test needs root (buildah --isolation chroot)")
     require_binary("debootstrap")
-    require_binary("kubectl")
     return require_binary("buildah")
 
 
@@ -214,22 +214,16 @@ def image_size(buildah: Buildah, tag: str) -> str:
 # -- the dev overlay's ConfigMaps, as kubelet would mount them ----------------------------------------------
 
 def rendered_configmaps(overlay: Path) -> dict[str, dict[str, str]]:
-    kubectl = require_binary("kubectl")
-    text = subprocess.run([kubectl, "kustomize", str(overlay)], check=True, capture_output=True, text=True,
-                          timeout=120).stdout
     maps: dict[str, dict[str, str]] = {}
-    for doc in yaml.safe_load_all(text):
-        if doc and doc["kind"] == "ConfigMap":
+    for doc in render(overlay.name):
+        if doc["kind"] == "ConfigMap":
             maps[doc["metadata"]["name"]] = doc["data"]
     return maps
 
 
 def deployment_mounts(overlay: Path) -> dict[str, str]:
     """ConfigMap name prefix → mount path, read from the rendered Deployment."""
-    kubectl = require_binary("kubectl")
-    text = subprocess.run([kubectl, "kustomize", str(overlay)], check=True, capture_output=True, text=True,
-                          timeout=120).stdout
-    deployment = next(d for d in yaml.safe_load_all(text) if d and d["kind"] == "Deployment")
+    deployment = next(d for d in render(overlay.name) if d["kind"] == "Deployment")
     pod = deployment["spec"]["template"]["spec"]
     volumes = {v["name"]: v["configMap"]["name"] for v in pod["volumes"] if "configMap" in v}
     container = pod["containers"][0]
