@@ -195,6 +195,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.handler is not _cmd_run:
+        from monitor import shutdown
+
+        shutdown.release()  # only the daemon treats SIGTERM as a stop request
     try:
         result: Any = args.handler(args)
         return int(result)

@@ -232,3 +232,28 @@ class StoredAggregatesCollector(Collector):
         yield pass_rate
         yield scored
         yield dimension_mean
+
+
+class BacklogMetrics:
+    """Whether the daemon keeps up (set at the end of each cycle): conversations ready and waiting for the judge,
+    the age of the oldest, and conversations dated in the future (which wait until their time comes)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.conversations = Gauge(
+            "rubric_monitor_backlog_conversations",
+            "Conversations ready to be scored and not scored yet (idle long enough, or old enough).",
+            ["source"],
+            registry=registry,
+        )
+        self.oldest_age = Gauge(
+            "rubric_monitor_backlog_oldest_age_seconds",
+            "Age (since its first span) of the oldest conversation waiting to be scored; 0 when none waits.",
+            ["source"],
+            registry=registry,
+        )
+        self.future = Gauge(
+            "rubric_monitor_backlog_future_conversations",
+            "Unscored conversations with spans dated in the future: they wait until then (check the clocks).",
+            ["source"],
+            registry=registry,
+        )

@@ -38,4 +38,10 @@ class TraceSource(Protocol):
         stay valid, the rest is read again next cycle."""
         ...
 
+    def read_through(self) -> datetime | None:
+        """Every span that started before this instant has been delivered, in batches the consumer took (and
+        so stored); None until a read got that far. The pipeline never lets a conversation become ready past
+        it: a conversation straddling a failed or unfinished read waits for the rest of its spans."""
+        ...
+
     def close(self) -> None: ...

@@ -69,6 +69,7 @@ class OtlpFileSource:
         self.name = name
         self._batch_spans = batch_spans
         self._parse_line_text = parse_line
+        self._read_through: datetime | None = None
 
     def pull(self, checkpoint: str | None, now: datetime) -> Iterator[SourceBatch]:
         """Yield what was appended since ``checkpoint``, at most about ``batch_spans`` spans per batch.
@@ -93,6 +94,12 @@ class OtlpFileSource:
             yield pending.take(final)
         if unreadable:
             raise SourceError(f"source {self.name}: cannot read {'; '.join(unreadable)}")
+        # Reached only when every batch was taken and every file read to its end: spans written before this
+        # pull are all delivered. Lines are not in time order, so a partial read proves nothing.
+        self._read_through = now
+
+    def read_through(self) -> datetime | None:
+        return self._read_through
 
     def close(self) -> None:
         """Files are opened and closed within each pull: nothing to release."""
