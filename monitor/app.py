@@ -9,7 +9,7 @@ import logging
 import os
 import threading
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from prometheus_client import CollectorRegistry
 
@@ -93,10 +93,10 @@ class Monitor:
     health: HealthState
     store: SqlStore
 
-    def run_cycle(self) -> CycleReport:
+    def run_cycle(self, now: datetime | None = None) -> CycleReport:
         started = utc_now()
         try:
-            report = self.pipeline.run_cycle(started)
+            report = self.pipeline.run_cycle(now or started)
         except Exception as exc:
             log.exception("cycle failed")
             report = CycleReport(started_at=started, finished_at=utc_now(), failures=[f"cycle: {exc!r}"])

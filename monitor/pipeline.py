@@ -64,6 +64,8 @@ class CycleReport:
     """One line per failed stage; empty for a clean cycle."""
     stopped_early: bool = False
     judge_calls: int = 0
+    read_through: datetime | None = None
+    """The ``read_through`` of the last batch stored that carried one."""
     behind: bool = False
     """The cycle stopped before the backlog ran out (spans read per cycle, or evaluations per cycle): the
     daemon starts the next cycle at once instead of waiting for the interval."""
@@ -137,6 +139,8 @@ class Pipeline:
                                               self.conversation_settings.late_turns)
                 report.spans_read += len(batch.spans)
                 report.spans_new += stored.new
+                if batch.read_through is not None:
+                    report.read_through = batch.read_through
                 self.metrics.spans.labels(name).inc(len(batch.spans))
                 self.metrics.source_rows.labels(name).inc(batch.rows)
                 for reason, count in batch.rejected.items():
@@ -147,9 +151,11 @@ class Pipeline:
                 if self.stop.is_set():
                     report.stopped_early = True
                     break
-                if self.max_spans_per_cycle is not None and report.spans_read >= self.max_spans_per_cycle:
+                if (self.max_spans_per_cycle is not None and report.spans_read >= self.max_spans_per_cycle
+                        and batch.checkpoint != checkpoint):
                     # Judging starts on what is read so far (readiness stops at the source's read position);
-                    # the next cycle, started at once, reads on.
+                    # the next cycle, started at once, reads on. Never before the position moved: a re-read
+                    # overlap alone must not use up the bound, or reading would make no progress.
                     report.behind = True
                     break
         except SourceError as exc:
@@ -179,7 +185,8 @@ class Pipeline:
         Ready means idle (or old) enough by the earlier of the ingestion horizon and what the source has read
         in full: a conversation whose later spans sit behind a failed or unfinished read is not ready yet.
         """
-        read_through = self.source.read_through()
+        read_through = max((t for t in (self.source.read_through(), report.read_through) if t is not None),
+                           default=None)
         if read_through is None:
             return  # no read of the source has completed yet: any conversation may still be missing spans
         horizon = min(now - self.completeness_delay, read_through)

@@ -29,9 +29,9 @@ from tests.test_daemon import Daemon, free_port, wait_for
 from tools.chat_to_otlp import chat_record_to_spans
 
 POSTGRES_URL = os.environ.get("RUBRIC_MONITOR_TEST_POSTGRES_URL")
-KILLS = 8
-CONVERSATIONS = 6
-TURNS = 4
+KILLS = 5
+CONVERSATIONS = 4
+TURNS = 12
 
 
 def chat(index: int) -> dict[str, object]:
@@ -57,24 +57,25 @@ def fresh_postgres(url: str) -> str:
     return url
 
 
-def recorded_rows(url: str) -> list[tuple[str, str, str, int]]:
-    engine = sqlalchemy.create_engine(url)
-    try:
-        with engine.connect() as conn:
-            rows = conn.exec_driver_sql(
-                "select conversation_id, rubric, rubric_version, turn_key from results").all()
-    except sqlalchemy.exc.OperationalError:
-        rows = []  # the very first run was killed before it created the tables
-    except sqlalchemy.exc.ProgrammingError:
-        rows = []
-    finally:
-        engine.dispose()
-    return [(str(r[0]), str(r[1]), str(r[2]), int(r[3])) for r in rows]
+class Rows:
+    """Reads the results table, through one engine (the test polls it every few milliseconds)."""
 
+    def __init__(self, url: str) -> None:
+        self.engine = sqlalchemy.create_engine(url)
 
-def partly_recorded(url: str) -> bool:
-    per_conversation = Counter(row[0] for row in set(recorded_rows(url)))
-    return any(0 < count < TURNS for count in per_conversation.values())
+    def all(self) -> list[tuple[str, str, str, int]]:
+        try:
+            with self.engine.connect() as conn:
+                rows = conn.exec_driver_sql(
+                    "select conversation_id, rubric, rubric_version, turn_key from results").all()
+        except sqlalchemy.exc.DBAPIError:
+            return []  # no table yet (the first run was killed before creating it), or a write lock
+        return [(str(r[0]), str(r[1]), str(r[2]), int(r[3])) for r in rows]
+
+    def partly_recorded(self) -> bool:
+        """Some but not all of a conversation's turns are recorded: the moment a crash used to lose the rest."""
+        per_conversation = Counter(row[0] for row in set(self.all()))
+        return any(0 < count < TURNS for count in per_conversation.values())
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])
@@ -93,13 +94,14 @@ def test_kill_9_during_turn_level_scoring_loses_and_doubles_nothing(tmp_path: Pa
     rubric = yaml.safe_load((REPO / "examples" / "rubrics" / "restaurant-reservation.yaml").read_text())
     rubric.update(evaluation_level="turn", version="v1")
     (tmp_path / "rubrics" / "turns.yaml").write_text(yaml.safe_dump(rubric))
+    rows = Rows(url)
     expected = {(c.id, "restaurant-reservation", "v1", turn)
                 for c in read_conversations(tmp_path / "traces" / "chats.jsonl") for turn in reply_indices(c)}
     assert len(expected) == CONVERSATIONS * TURNS
 
     def slow_verdict(request: Recorded) -> Reply:
         reply = verdict(request, SEED_PASS_SCORES)
-        reply.delay = 0.05
+        reply.delay = 0.02
         return reply
 
     chooser = random.Random(8)
@@ -115,14 +117,14 @@ def test_kill_9_during_turn_level_scoring_loses_and_doubles_nothing(tmp_path: Pa
             interval_seconds=1,
         ))
         kills = 0
-        while kills < KILLS and len(set(recorded_rows(url))) < len(expected):
+        while kills < KILLS and len(set(rows.all())) < len(expected):
             daemon = Daemon(config, tmp_path, port)
-            target = judge.count + chooser.randint(1, 2 * TURNS)
+            target = judge.count + chooser.randint(TURNS, 3 * TURNS)
             try:
                 # Killed after a random number of judge calls, or sooner: the moment some but not all of a
                 # conversation's turns are recorded (the window a crash used to lose for good).
                 deadline = time.monotonic() + 60
-                while judge.count < target and not partly_recorded(url) and daemon.process.poll() is None:
+                while judge.count < target and not rows.partly_recorded() and daemon.process.poll() is None:
                     assert time.monotonic() < deadline, "the daemon made no judge call in 60s"
                     time.sleep(0.002)
             finally:
@@ -133,11 +135,12 @@ def test_kill_9_during_turn_level_scoring_loses_and_doubles_nothing(tmp_path: Pa
 
         daemon = Daemon(config, tmp_path, port)
         try:
-            wait_for(lambda: set(recorded_rows(url)) >= expected, 90, "every expected turn result")
+            wait_for(lambda: set(rows.all()) >= expected, 90, "every expected turn result")
             time.sleep(2.5)  # two more cycles: nothing more, nothing doubled
         finally:
             assert daemon.stop() == 0, daemon.log.read_text()[-3000:]
-    rows = recorded_rows(url)
-    doubled = [row for row, count in Counter(rows).items() if count > 1]
+    final = rows.all()
+    rows.engine.dispose()
+    doubled = [row for row, count in Counter(final).items() if count > 1]
     assert doubled == []
-    assert set(rows) == expected, f"missing: {sorted(expected - set(rows))}"
+    assert set(final) == expected, f"missing: {sorted(expected - set(final))}"

@@ -715,7 +715,7 @@ class AppInsightsSource:
         self._log_slice(rows, window)
         advanced = window.end if watermark is None else max(watermark, window.end)
         yield SourceBatch(spans=rows.spans, checkpoint=Checkpoint(advanced, self.target).dump(),
-                          rejected=rows.rejected, rows=rows.rows)
+                          rejected=rows.rejected, rows=rows.rows, read_through=advanced)
         # Resumed only once the consumer stored the batch: the slice is delivered.
         self._read_through = advanced
         self._report_lag(advanced, now)

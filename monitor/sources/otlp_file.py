@@ -53,8 +53,9 @@ class _Pending:
     rejected: Counter[str] = field(default_factory=Counter)
     rows: int = 0
 
-    def take(self, checkpoint: str) -> SourceBatch:
-        batch = SourceBatch(self.spans, checkpoint, rejected=dict(self.rejected), rows=self.rows)
+    def take(self, checkpoint: str, read_through: datetime | None = None) -> SourceBatch:
+        batch = SourceBatch(self.spans, checkpoint, rejected=dict(self.rejected), rows=self.rows,
+                            read_through=read_through)
         self.spans, self.rejected, self.rows = [], Counter(), 0
         return batch
 
@@ -91,7 +92,7 @@ class OtlpFileSource:
                 unreadable.append(f"{file}: {exc.strerror or exc}")
         final = self._dump(positions)
         if pending.rows or pending.spans or pending.rejected or final != emitted:
-            yield pending.take(final)
+            yield pending.take(final, read_through=None if unreadable else now)
         if unreadable:
             raise SourceError(f"source {self.name}: cannot read {'; '.join(unreadable)}")
         # Reached only when every batch was taken and every file read to its end: spans written before this
