@@ -173,6 +173,7 @@ def build_monitor(settings: Settings, registry: CollectorRegistry | None = None)
     health = HealthState(interval=timedelta(seconds=settings.interval_seconds))
     health.checks["judge"] = lambda: _judge_problem(judge)
     health.checks["content"] = pipeline.content_problem
+    health.checks["judge calls"] = pipeline.judge_problem
     health.checks["rubrics"] = lambda: "; ".join(f"{k}: {v}" for k, v in rubrics.problems.items()) or None
     return Monitor(settings, registry, metrics, pipeline, health, store)
 

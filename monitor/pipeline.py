@@ -107,6 +107,7 @@ class Pipeline:
     left pending (neither recorded nor lost)."""
     _content_seen: deque[bool] = field(default_factory=lambda: deque(maxlen=CONTENT_SAMPLE))
     backlog_metrics: BacklogMetrics = field(init=False)
+    _judge_failing: str | None = None
 
     def __post_init__(self) -> None:
         self.backlog_metrics = BacklogMetrics(self.metrics.registry)
@@ -292,6 +293,13 @@ class Pipeline:
                 break
         return tasks, waiting, deferred_keys
 
+    def judge_problem(self) -> str | None:
+        """For ``/healthz``: the judge's last call failed (5xx, timeouts past its retries) and none has succeeded
+        since, even when the failed evaluations were recorded unscored and a cycle had nothing left to judge."""
+        if self._judge_failing is None:
+            return None
+        return f"unreachable since its last call failed ({self._judge_failing}); evaluations wait"
+
     def content_problem(self) -> str | None:
         """For ``/healthz``: most recent conversations of the source carry no message content."""
         seen = list(self._content_seen)
@@ -405,7 +413,10 @@ class Pipeline:
         try:
             context = replace(self.context, done_turns=task.done_turns) if task.done_turns else self.context
             results = await evaluator.evaluate(conversation, rubric, context)
+            if any(result.judge_calls for result in results):
+                self._judge_failing = None  # the judge answered
         except JudgeUnavailable as exc:
+            self._judge_failing = f"{type(exc).__name__}: {exc}"
             # 5xx or timeouts past the transport's retries: possibly this conversation's fault (too long for the
             # endpoint), so after MAX_JUDGE_ATTEMPTS cycles it is recorded unscored rather than retried forever.
             given_up = self._give_up_after_attempts(task, report, "judge_unavailable", "judge", exc,
