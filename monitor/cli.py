@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import logging
 import sys
@@ -49,17 +50,34 @@ def _numbered_lines(path: Path) -> Iterator[tuple[int, str]]:
                 yield number, line
 
 
+FORMAT_SAMPLE_LINES = 200
+"""Lines read to tell OTLP JSON lines from OpenAI-chat JSONL."""
+
+
+def _is_otlp(path: Path) -> bool:
+    """Whether the file is OTLP JSON lines: more of its first lines look like OTLP documents (``resourceSpans``)
+    than like chat records (``messages``). One odd line (``{}``, a header) does not decide for the whole file."""
+    votes = {"otlp": 0, "chat": 0}
+    for _, line in itertools.islice(_numbered_lines(path), FORMAT_SAMPLE_LINES):
+        try:
+            record = json.loads(line)
+        except (ValueError, RecursionError):
+            continue
+        if isinstance(record, dict):
+            votes["otlp"] += "resourceSpans" in record
+            votes["chat"] += "messages" in record
+    return votes["otlp"] > votes["chat"]
+
+
 def read_conversations(path: Path) -> list[Conversation]:
-    """OTLP JSON lines or OpenAI-chat JSONL, told apart by the first record."""
+    """OTLP JSON lines or OpenAI-chat JSONL, told apart by the first lines (``_is_otlp``)."""
     from monitor.chat_format import read_chat_jsonl
 
     try:
-        first = next(_numbered_lines(path), None)
+        otlp = _is_otlp(path)
     except OSError as exc:
         raise ConfigError(str(path), None, f"cannot read: {exc.strerror}") from exc
-    if first is None:
-        return []
-    if '"resourceSpans"' in first[1]:
+    if otlp:
         from monitor.assemble import assemble
         from monitor.otlp import parse_otlp_line
 
@@ -89,9 +107,17 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     judge = build_judge(settings.judge, MonitorMetrics(CollectorRegistry()))
     context = EvaluationContext(judge=judge, settings=settings.judge, store_content=settings.store.store_content)
 
+    skipped: list[str] = []
+
     async def evaluate_all() -> None:
         try:
             for conversation in conversations:
+                if not conversation.has_content:
+                    # Nothing to judge: a verdict on an empty transcript would be made up.
+                    skipped.append(conversation.id)
+                    print(f"rubric-monitor: conversation {conversation.id!r} of {args.input} skipped: no_content "
+                          "(no message carries text)", file=sys.stderr)
+                    continue
                 for result in await evaluator.evaluate(conversation, rubric, context):
                     output = result.foundry_output()
                     if result.turn_index is not None:
@@ -105,6 +131,8 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     except JudgeError as exc:
         print(f"rubric-monitor: the judge failed: {exc}", file=sys.stderr)
         return 1
+    if skipped:
+        print(f"rubric-monitor: {len(skipped)} conversation(s) skipped: no_content", file=sys.stderr)
     return 0
 
 
