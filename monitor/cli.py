@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import itertools
 import json
 import logging
 import sys
@@ -43,52 +42,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return run_daemon(settings, once=args.once)
 
 
-def _numbered_lines(path: Path) -> Iterator[tuple[int, str]]:
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if line.strip():
-                yield number, line
-
-
-FORMAT_SAMPLE_LINES = 200
-"""Lines read to tell OTLP JSON lines from OpenAI-chat JSONL."""
-
-
-def _is_otlp(path: Path) -> bool:
-    """Whether the file is OTLP JSON lines: more of its first lines look like OTLP documents (``resourceSpans``)
-    than like chat records (``messages``). One odd line (``{}``, a header) does not decide for the whole file."""
-    votes = {"otlp": 0, "chat": 0}
-    for _, line in itertools.islice(_numbered_lines(path), FORMAT_SAMPLE_LINES):
-        try:
-            record = json.loads(line)
-        except (ValueError, RecursionError):
-            continue
-        if isinstance(record, dict):
-            votes["otlp"] += "resourceSpans" in record
-            votes["chat"] += "messages" in record
-    return votes["otlp"] > votes["chat"]
-
-
 def read_conversations(path: Path) -> list[Conversation]:
-    """OTLP JSON lines or OpenAI-chat JSONL, told apart by the first lines (``_is_otlp``)."""
-    from monitor.chat_format import read_chat_jsonl
+    """OTLP JSON lines or OpenAI-chat JSONL; unreadable lines are logged and counted (``monitor.input_files``)."""
+    from monitor.input_files import read_input_file
 
-    try:
-        otlp = _is_otlp(path)
-    except OSError as exc:
-        raise ConfigError(str(path), None, f"cannot read: {exc.strerror}") from exc
-    if otlp:
-        from monitor.assemble import assemble
-        from monitor.otlp import parse_otlp_line
-
-        spans = []
-        for number, line in _numbered_lines(path):
-            parsed, rejected = parse_otlp_line(line)
-            for reason, count in rejected.items():
-                log.warning("%s:%d: %d span(s) rejected: %s", path, number, count, reason)
-            spans.extend(parsed)
-        return assemble(spans).conversations
-    return list(read_chat_jsonl(_numbered_lines(path), str(path)))
+    return read_input_file(path).conversations
 
 
 def _cmd_evaluate(args: argparse.Namespace) -> int:
@@ -137,7 +95,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    from monitor.app import parse_window
+    from monitor.rollups import parse_window
     from monitor.rubrics.registry import RubricRegistry
 
     settings = load_settings(args.config)

@@ -21,7 +21,7 @@ from monitor.assemble import assemble
 from monitor.errors import JudgeError, JudgeUnavailable, SourceError, StoreError
 from monitor.evaluators.base import EvaluationContext, Evaluator, JudgeUsage, unscored_result
 from monitor.evaluators.views import expected_turns
-from monitor.metrics import BacklogMetrics, MonitorMetrics
+from monitor.metrics import MonitorMetrics
 from monitor.models import Conversation, EvaluationResult, SpanRecord, utc_now
 from monitor.rubrics.schema import Rubric
 from monitor.sampling import is_sampled
@@ -106,11 +106,7 @@ class Pipeline:
     """After ``stop`` is set, judge calls in flight get this long; then they are abandoned, their evaluations
     left pending (neither recorded nor lost)."""
     _content_seen: deque[bool] = field(default_factory=lambda: deque(maxlen=CONTENT_SAMPLE))
-    backlog_metrics: BacklogMetrics = field(init=False)
     _judge_failing: str | None = None
-
-    def __post_init__(self) -> None:
-        self.backlog_metrics = BacklogMetrics(self.metrics.registry)
 
     def run_cycle(self, now: datetime | None = None) -> CycleReport:
         now = now or utc_now()
@@ -324,10 +320,10 @@ class Pipeline:
             log.warning("backlog gauges not updated: %s", exc)
             return
         name = self.source.name
-        self.backlog_metrics.conversations.labels(name).set(backlog.ready)
+        self.metrics.backlog.conversations.labels(name).set(backlog.ready)
         oldest = 0.0 if backlog.oldest is None else max(0.0, (now - backlog.oldest).total_seconds())
-        self.backlog_metrics.oldest_age.labels(name).set(oldest)
-        self.backlog_metrics.future.labels(name).set(backlog.future)
+        self.metrics.backlog.oldest_age.labels(name).set(oldest)
+        self.metrics.backlog.future.labels(name).set(backlog.future)
 
     def _budget_spent(self, rubric: Rubric, now: datetime) -> bool:
         if rubric.daily_budget_tokens is None and rubric.daily_budget_usd is None:
@@ -340,9 +336,9 @@ class Pipeline:
 
     def _publish_budget(self, rubric: Rubric, tokens: int, usd: float, spent: bool) -> None:
         if rubric.daily_budget_tokens is not None:
-            self.metrics.budget_remaining.labels(rubric.name, "tokens").set(max(0, rubric.daily_budget_tokens - tokens))
+            self.metrics.budget_remaining_tokens.labels(rubric.name).set(max(0, rubric.daily_budget_tokens - tokens))
         if rubric.daily_budget_usd is not None:
-            self.metrics.budget_remaining.labels(rubric.name, "usd").set(max(0.0, rubric.daily_budget_usd - usd))
+            self.metrics.budget_remaining_usd.labels(rubric.name).set(max(0.0, rubric.daily_budget_usd - usd))
         self.metrics.budget_exhausted.labels(rubric.name).set(1 if spent else 0)
 
     # ④⑤ judge and record ---------------------------------------------------------------------------------------
@@ -475,14 +471,7 @@ class Pipeline:
             self.metrics.conversations.labels("already_scored").inc()
             return
         report.evaluations[result.outcome] += 1
-        m = self.metrics
-        m.evaluations.labels(result.rubric, result.rubric_version, result.agent, result.outcome).inc()
-        if result.score is not None and result.outcome != "unscored":
-            m.score.labels(result.rubric, result.rubric_version, result.agent).observe(result.score)
-            for dimension in result.dimension_scores:
-                if dimension.applicable and dimension.score is not None:
-                    m.dimension_score.labels(result.rubric, result.rubric_version, result.agent,
-                                             dimension.id).observe(dimension.score)
+        self.metrics.record_result(result)
 
     # housekeeping ----------------------------------------------------------------------------------------------
 
