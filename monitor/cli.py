@@ -68,9 +68,17 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     judge = build_judge(settings.judge, MonitorMetrics(CollectorRegistry()))
     context = EvaluationContext(judge=judge, settings=settings.judge, store_content=settings.store.store_content)
 
+    skipped: list[str] = []
+
     async def evaluate_all() -> None:
         try:
             for conversation in conversations:
+                if not conversation.has_content:
+                    # Nothing to judge: a verdict on an empty transcript would be made up.
+                    skipped.append(conversation.id)
+                    print(f"rubric-monitor: conversation {conversation.id!r} of {args.input} skipped: no_content "
+                          "(no message carries text)", file=sys.stderr)
+                    continue
                 for result in await evaluator.evaluate(conversation, rubric, context):
                     output = result.foundry_output()
                     if result.turn_index is not None:
@@ -84,17 +92,18 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     except JudgeError as exc:
         print(f"rubric-monitor: the judge failed: {exc}", file=sys.stderr)
         return 1
+    if skipped:
+        print(f"rubric-monitor: {len(skipped)} conversation(s) skipped: no_content", file=sys.stderr)
     return 0
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
     from monitor.app import build_stages
-    from monitor.metrics import MonitorMetrics
 
     settings = load_settings(args.config)
     # Every stage is built as ``run`` builds it (no scheduler, no judge call, no model loaded), so ``check``
     # refuses what ``run`` refuses, naming every problem at once.
-    stages = build_stages(settings, MonitorMetrics(CollectorRegistry()), load_model=False)
+    stages = build_stages(settings, CollectorRegistry(), load_model=False)
     try:
         for rubric in stages.rubrics.active():
             print(f"rubric {rubric.name} version {rubric.version} ({rubric.kind}) for agents "
@@ -172,11 +181,18 @@ def build_parser() -> argparse.ArgumentParser:
     from monitor.rubrics.commands import add_rubrics_commands
 
     add_rubrics_commands(sub)
+    from monitor.store.cli import add_db_commands
+
+    add_db_commands(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.handler is not _cmd_run:
+        from monitor import shutdown
+
+        shutdown.release()  # only the daemon treats SIGTERM as a stop request
     try:
         result: Any = args.handler(args)
         return int(result)

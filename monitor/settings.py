@@ -252,8 +252,13 @@ class MetricsSettings(_Section):
     """Address of the Prometheus endpoint (``/metrics``) and health probes (``/healthz``, ``/readyz``)."""
     port: int = Field(default=9464, ge=0, le=65535)
     """Port of the Prometheus endpoint and health probes."""
-    windows: tuple[str, ...] = ("1h", "24h", "7d")
-    """Rolling windows of the pass-rate and dimension-mean gauges (s, m, h, d units)."""
+    windows: tuple[str, ...] = ("1h", "24h")
+    """Rolling windows of the pass-rate, scored-evaluations and dimension-mean gauges, in whole hours (h, d, w
+    units); each window adds series (see docs/metrics.md), and Prometheus computes any other window from the
+    counters with ``increase()``."""
+    max_agents_per_rubric: int = Field(default=50, ge=1, le=10_000)
+    """Agents with their own series per rubric; agent names come from trace data, so further agents are counted
+    under ``agent="other"``."""
 
 
 class RubricSettings(_Section):
@@ -277,6 +282,12 @@ class Settings(_Section):
 
     interval_seconds: float = Field(default=60.0, gt=0, le=MAX_SECONDS)
     """One cycle (pull, assemble, sample, judge, store) this often; never two at once, missed runs coalesced."""
+    max_spans_per_cycle: int = Field(default=50_000, ge=1, le=100_000_000)
+    """A cycle stops reading its source after this many spans (whole batches) and judges what is ready; a cycle
+    that stopped short, or that filled ``sampling.max_per_cycle``, is followed at once by the next one."""
+    shutdown_grace_seconds: float = Field(default=20.0, ge=0, le=3600)
+    """On SIGTERM, judge calls in flight get this long to finish and be recorded; then they are abandoned and
+    their evaluations stay pending for the next start (keep it under Kubernetes' 30 s grace period)."""
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     """Log level of the daemon (logs go to stderr)."""
     source: SourceSettings = OtlpFileSourceSettings()

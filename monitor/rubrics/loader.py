@@ -130,7 +130,14 @@ def rubric_files(directory: Path) -> list[Path]:
         return [directory]
     if not directory.is_dir():
         raise RubricError(str(directory), None, "rubric directory does not exist")
-    return sorted(p for p in directory.rglob("*") if p.suffix in RUBRIC_SUFFIXES and p.is_file())
+    # Hidden entries are skipped: editors' temporary files, and the ``..data`` / ``..<timestamp>`` directories of a
+    # mounted Kubernetes ConfigMap, whose files are also reachable through its top-level symlinks (reading both
+    # would see every rubric twice, and the second copy as a name clash).
+    return sorted(
+        p for p in directory.rglob("*")
+        if p.suffix in RUBRIC_SUFFIXES and p.is_file()
+        and not any(part.startswith(".") for part in p.relative_to(directory).parts)
+    )
 
 
 def load_rubrics(directory: Path) -> list[Rubric]:

@@ -209,9 +209,10 @@ class RubricRegistry:
             return
         current: set[tuple[str, str, str]] = {(r.name, r.version or "", r.kind) for r in self.active()}
         for labels in self._published - current:
-            self._metrics.rubric_active.remove(*labels)
+            self._metrics.rubric_info.remove(*labels)
         for labels in current - self._published:
-            self._metrics.rubric_active.labels(*labels).set(1)
+            self._metrics.rubric_info.labels(*labels).set(1)
+            self._metrics.rubric_active(labels[0])
         self._published = current
 
     @staticmethod
