@@ -1,9 +1,10 @@
 """Every setting of the daemon, in one place.
 
 Sources, lowest priority first: the defaults below, one YAML file (``--config FILE`` or ``RUBRIC_MONITOR_CONFIG``),
-files in ``RUBRIC_MONITOR_SECRETS_DIR`` (Kubernetes secret mounts), then environment variables
-``RUBRIC_MONITOR_<SECTION>__<FIELD>`` (for example ``RUBRIC_MONITOR_JUDGE__MODEL=gpt-4.1``). Unknown keys are errors.
-Each field's docstring is its documentation; the README's configuration table is generated from them
+files in ``RUBRIC_MONITOR_SECRETS_DIR`` (Kubernetes secret mounts, named like the variables), then environment
+variables ``RUBRIC_MONITOR_<SECTION>__<FIELD>`` (for example ``RUBRIC_MONITOR_JUDGE__MODEL=gpt-4.1``). Unknown
+keys, misspelled nested variables and secret files that match no setting are errors (``monitor.settings_load``
+reads them). Each field's docstring is its documentation; the configuration table is generated from them
 (``rubric-monitor config-doc``).
 """
 
@@ -281,7 +282,7 @@ class Settings(_Section):
 
     interval_seconds: float = Field(default=60.0, gt=0, le=MAX_SECONDS)
     """One cycle (pull, assemble, sample, judge, store) this often; never two at once, missed runs coalesced."""
-    max_spans_per_cycle: int = Field(default=50_000, ge=1)
+    max_spans_per_cycle: int = Field(default=50_000, ge=1, le=100_000_000)
     """A cycle stops reading its source after this many spans (whole batches) and judges what is ready; a cycle
     that stopped short, or that filled ``sampling.max_per_cycle``, is followed at once by the next one."""
     shutdown_grace_seconds: float = Field(default=20.0, ge=0, le=3600)
