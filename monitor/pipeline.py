@@ -238,8 +238,23 @@ class Pipeline:
         tasks: list[_Task] = []
         waiting: Counter[str] = Counter()
         deferred_keys: set[str] = set()
+        # Conversations with nothing to judge are marked scored a page at a time: one transaction, not one each.
+        done: list[tuple[str, int]] = []
+        try:
+            self._plan_into(ready, report, now, tasks, waiting, deferred_keys, done)
+        finally:
+            if done:
+                self.store.mark_scored_many(done)
+        return tasks, waiting, deferred_keys
+
+    def _plan_into(self, ready: Iterable[tuple[PendingConversation, Conversation]], report: CycleReport,
+                   now: datetime, tasks: list[_Task], waiting: Counter[str], deferred_keys: set[str],
+                   done: list[tuple[str, int]]) -> None:
         cap = self.sampling_settings.max_per_cycle
         for pending, conversation in ready:
+            if len(done) >= READY_PAGE:
+                self.store.mark_scored_many(done)
+                done.clear()
             rubrics = self.rubrics.for_agent(conversation.agent_name, conversation.agent_id)
             self._content_seen.append(conversation.has_content)
             if rubrics and not conversation.has_content:
@@ -247,7 +262,7 @@ class Pipeline:
                 for rubric in rubrics:
                     self._skip(report, rubric.name, "no_content")
                 self.metrics.conversations.labels("no_content").inc()
-                self.store.mark_scored(pending.key, pending.revision)
+                done.append((pending.key, pending.revision))
                 continue
             sampled = deferred = already = 0
             for rubric in rubrics:
@@ -281,13 +296,12 @@ class Pipeline:
             if deferred:
                 deferred_keys.add(pending.key)
             elif not waiting[pending.key]:
-                self.store.mark_scored(pending.key, pending.revision)
+                done.append((pending.key, pending.revision))
             if len(tasks) >= cap and sampled:
                 # The cycle's judge capacity is taken: the rest of the backlog waits for the next cycle, which
                 # the daemon starts at once.
                 report.behind = True
-                break
-        return tasks, waiting, deferred_keys
+                return
 
     def judge_problem(self) -> str | None:
         """For ``/healthz``: the judge's last call failed (5xx, timeouts past its retries) and none has succeeded
