@@ -98,7 +98,8 @@ class Pipeline:
     completeness_delay: timedelta = timedelta(0)
     """Spans younger than this may not have reached the source yet (App Insights ingestion delay)."""
     stop: threading.Event = field(default_factory=threading.Event)
-    """Set on SIGTERM: evaluations in flight finish and are recorded; no new one starts."""
+    """Set on SIGTERM: no new evaluation starts; those in flight finish and are recorded, or are abandoned after
+    ``shutdown_grace_seconds``."""
     loop: asyncio.AbstractEventLoop = field(default_factory=asyncio.new_event_loop)
     max_spans_per_cycle: int | None = None
     """A cycle stops reading the source after this many spans (whole batches) and judges what is ready."""
@@ -401,10 +402,11 @@ class Pipeline:
         the next start judges it (a turn-level one from the turns it had left)."""
         while not self.stop.is_set():
             await asyncio.sleep(STOP_POLL_SECONDS)
-        done, pending = await asyncio.wait(running, timeout=self.shutdown_grace_seconds)
+        _, pending = await asyncio.wait(running, timeout=self.shutdown_grace_seconds)
         if pending:
-            log.warning("stopping: %d judge call(s) still in flight after %gs (shutdown_grace_seconds) are "
-                        "abandoned; their evaluations stay pending", len(pending), self.shutdown_grace_seconds)
+            log.warning("stopping: %d evaluation(s) still unfinished after %gs (shutdown_grace_seconds) are "
+                        "abandoned with their judge calls; they stay pending", len(pending),
+                        self.shutdown_grace_seconds)
             report.stopped_early = True
             for future in pending:
                 future.cancel()
