@@ -176,6 +176,9 @@ def build_parser() -> argparse.ArgumentParser:
     from monitor.rubrics.commands import add_rubrics_commands
 
     add_rubrics_commands(sub)
+    from monitor.store.cli import add_db_commands
+
+    add_db_commands(sub)
     return parser
 
 
