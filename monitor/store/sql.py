@@ -397,10 +397,20 @@ class SqlStore:
             return [SpanRecord.model_validate_json(p) for p in conn.execute(query).scalars()]
 
     def mark_scored(self, key: str, revision: int) -> None:
+        self.mark_scored_many([(key, revision)])
+
+    def mark_scored_many(self, items: Sequence[tuple[str, int]]) -> None:
+        c = conversations_table.c
+        now = datetime.now(UTC).timestamp()
+        by_revision: dict[int, list[str]] = defaultdict(list)
+        for key, revision in items:
+            by_revision[revision].append(key)
         with self._tx() as conn:
-            conn.execute(update(conversations_table)
-                         .where(and_(conversations_table.c.key == key, conversations_table.c.revision == revision))
-                         .values(status="scored", scored_ts=datetime.now(UTC).timestamp()))
+            for revision, keys in by_revision.items():
+                for start in range(0, len(keys), _CHUNK):
+                    conn.execute(update(conversations_table)
+                                 .where(c.key.in_(keys[start:start + _CHUNK]), c.revision == revision)
+                                 .values(status="scored", scored_ts=now))
 
     # ④⑤ results -------------------------------------------------------------------------------------------------
 
