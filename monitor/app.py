@@ -11,8 +11,12 @@ import threading
 from dataclasses import dataclass
 from datetime import timedelta
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry
+
+if TYPE_CHECKING:
+    from monitor.alerts.service import AlertService
 
 from monitor.errors import ConfigError
 from monitor.evaluators.adaptive import AdaptiveEvaluator
@@ -91,6 +95,7 @@ class Monitor:
     pipeline: Pipeline
     health: HealthState
     store: SqlStore
+    alerts: AlertService | None = None
 
     def run_cycle(self) -> CycleReport:
         started = utc_now()
@@ -112,9 +117,22 @@ class Monitor:
             report.spans_read, report.spans_new, report.conversations_ready, dict(report.evaluations),
             dict(report.skipped), report.judge_calls, elapsed, "" if report.ok else f", failures: {report.failures}",
         )
+        self._run_alerts()
         return report
 
+    def _run_alerts(self) -> None:
+        """Regression alerts after scoring, isolated: their failure is logged and counted, never a failed cycle."""
+        if self.alerts is None:
+            return
+        try:
+            self.alerts.run_cycle(utc_now())
+        except Exception:
+            log.exception("regression alerts failed this cycle (scoring is not affected)")
+            self.metrics.stage_failures.labels("alerts").inc()
+
     def close(self) -> None:
+        if self.alerts is not None:
+            self.alerts.close()
         self.pipeline.close()
         self.pipeline.source.close()
         self.store.close()
@@ -162,7 +180,34 @@ def build_monitor(settings: Settings, registry: CollectorRegistry | None = None)
     health = HealthState(interval=timedelta(seconds=settings.interval_seconds))
     health.checks["judge"] = lambda: _judge_problem(judge)
     health.checks["rubrics"] = lambda: "; ".join(f"{k}: {v}" for k, v in rubrics.problems.items()) or None
-    return Monitor(settings, registry, metrics, pipeline, health, store)
+    alerts = build_alerts(settings, store, registry, judge, source.name) if settings.alerts.enabled else None
+    return Monitor(settings, registry, metrics, pipeline, health, store, alerts)
+
+
+def build_alerts(settings: Settings, store: SqlStore, registry: CollectorRegistry, judge: Judge | None = None,
+                 source: str | None = None) -> AlertService:
+    """The regression alerts of the daemon (and of ``rubric-monitor regressions``, which passes no judge)."""
+    from monitor.alerts.service import AlertService, build_notifier, duration_seconds
+
+    alert_settings = settings.alerts
+    renotify = duration_seconds(alert_settings.renotify_interval, "alerts.renotify_interval")
+    # Alertmanager keeps a firing alert until its endsAt: beyond the next re-post, with room for a slow cycle.
+    ttl = timedelta(seconds=renotify * 1.5 + 5 * max(60.0, settings.interval_seconds))
+    notifiers = [build_notifier(n, ttl) for n in alert_settings.notifiers]
+
+    def reasons() -> set[str]:
+        found = set()
+        lag = None if source is None else registry.get_sample_value("rubric_monitor_source_lag_seconds",
+                                                                    {"source": source})
+        if lag is not None and lag > alert_settings.max_source_lag_seconds:
+            found.add("source_behind")
+        if judge is not None and _judge_problem(judge):
+            found.add("judge_unavailable")
+        return found
+
+    host = "localhost" if settings.metrics.host in ("0.0.0.0", "::") else settings.metrics.host
+    return AlertService(alert_settings, store, registry, notifiers, reasons,
+                        generator_url=f"http://{host}:{settings.metrics.port}/metrics")
 
 
 class _Frozen:
