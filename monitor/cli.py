@@ -190,6 +190,9 @@ def build_parser() -> argparse.ArgumentParser:
     from monitor.rubrics.commands import add_rubrics_commands
 
     add_rubrics_commands(sub)
+    from monitor.alerts.cli import add_alert_commands
+
+    add_alert_commands(sub, _config_arg)
     return parser
 
 

@@ -10,6 +10,7 @@ delivered and sent ones are not sent again.
 from __future__ import annotations
 
 import logging
+import math
 import queue
 import random
 import threading
@@ -34,7 +35,7 @@ class RetryPolicy:
     def wait(self, attempt: int, retry_after: float | None) -> float:
         if retry_after is not None:
             return min(self.backoff_max_seconds, retry_after)
-        base = self.backoff_seconds * 2.0 ** float(attempt - 1)
+        base: float = self.backoff_seconds * math.pow(2.0, attempt - 1)
         jitter: float = random.uniform(0.5, 1.0)
         return min(self.backoff_max_seconds, base * jitter)
 

@@ -86,11 +86,11 @@ def _advance(state: AlertState, verdict: Verdict, now: float, for_seconds: float
         state = replace(state, ok_since=None)
         if state.state in ("inactive", "resolved"):
             state = replace(state, state="pending", pending_since=now)
-        if state.state == "pending" and now - (state.pending_since or now) >= for_seconds:
+        if state.state == "pending" and now - _or(state.pending_since, now) >= for_seconds:
             state = replace(state, state="firing", firing_since=now, last_notified=now, resolved_at=None,
                             baseline=verdict.baseline, notifications=state.notifications + 1)
             return state, Transition("firing", state, verdict, f"{state.key}|firing|{now:.3f}")
-        if state.state == "firing" and now - (state.last_notified or now) >= renotify_seconds:
+        if state.state == "firing" and now - _or(state.last_notified, now) >= renotify_seconds:
             state = replace(state, last_notified=now, notifications=state.notifications + 1)
             return state, Transition("firing", state, verdict, f"{state.key}|renotify|{now:.3f}", renotify=True)
         return state, None
@@ -105,3 +105,7 @@ def _advance(state: AlertState, verdict: Verdict, now: float, for_seconds: float
                 return state, Transition("resolved", state, verdict, f"{state.key}|resolved|{now:.3f}")
             return replace(state, ok_since=ok_since), None
     return state, None
+
+
+def _or(value: float | None, default: float) -> float:
+    return default if value is None else value

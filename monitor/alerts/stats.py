@@ -77,18 +77,23 @@ def _mean_and_variance(counts: Sequence[int]) -> tuple[float, float, int]:
     return mean, variance, n
 
 
+def mann_whitney_u(current: Sequence[int], baseline: Sequence[int]) -> float:
+    """U of the current sample from score counts: pairs where current > baseline, ties counting one half."""
+    below = 0
+    u = 0.0
+    for c, b in zip(current, baseline, strict=True):
+        u += c * (below + 0.5 * b)
+        below += b
+    return u
+
+
 def mann_whitney_drop(current: Sequence[int], baseline: Sequence[int]) -> TestResult:
     """One-sided Mann-Whitney U test that current scores are stochastically lower than baseline ones, from the
     counts of scores 1..5 (index 0 is score 1), with the normal approximation and the tie correction (1-5 scores
     are mostly ties). The effect and its interval are on the mean score, which is what dashboards show."""
     mean1, var1, n1 = _mean_and_variance(current)
     mean0, var0, n0 = _mean_and_variance(baseline)
-    # U of the current sample: pairs where current > baseline, ties count one half.
-    below = 0
-    u = 0.0
-    for c, b in zip(current, baseline, strict=True):
-        u += c * (below + 0.5 * b)
-        below += b
+    u = mann_whitney_u(current, baseline)
     total = n1 + n0
     ties = sum((c + b) ** 3 - (c + b) for c, b in zip(current, baseline, strict=True))
     variance = n1 * n0 / 12 * ((total + 1) - ties / (total * (total - 1)))
