@@ -100,7 +100,7 @@ class AlertStore:
                 counts.first_ts, counts.last_ts = float(row[11]), float(row[12])
             for row in conn.execute(
                 select(*config, segment, d.dimension, d.score, func.count())
-                .select_from(d.table.join(results_table, d.result_id == r.id))
+                .select_from(dimensions_table.join(results_table, d.result_id == r.id))
                 .where(and_(where, d.current.is_(True)))
                 .group_by(*config, segment, d.dimension, d.score)
             ):
