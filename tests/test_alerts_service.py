@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import logging
+import shutil
 import threading
 import time
 from collections.abc import Iterator
@@ -71,15 +72,29 @@ def store(tmp_path: Path) -> Iterator[SqlStore]:
     sql.close()
 
 
-def degraded(store: SqlStore) -> None:
-    # A week at 90 % (one in ten fails), then the last 40 minutes at 50 %.
-    seed(store, NOW - timedelta(days=7), 700, 10, timedelta(days=7) - timedelta(hours=2))
-    seed(store, NOW - timedelta(minutes=40), 120, 2, timedelta(minutes=39))
+@pytest.fixture(scope="module")
+def degraded_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A week at 90 % (one in ten fails), then the last 40 minutes at 50 %; written once, copied per test."""
+    path = tmp_path_factory.mktemp("template") / "degraded.db"
+    sql = SqlStore(f"sqlite:///{path}")
+    seed(sql, NOW - timedelta(days=7), 400, 10, timedelta(days=7) - timedelta(hours=2))
+    seed(sql, NOW - timedelta(minutes=40), 120, 2, timedelta(minutes=39))
+    sql.close()
+    return path
 
 
-def test_an_alert_reaches_every_receiver_explained_and_resolves_once(store: SqlStore, caplog: Any) -> None:
+@pytest.fixture
+def degraded(degraded_db: Path, tmp_path: Path) -> Iterator[SqlStore]:
+    copy = tmp_path / "results.db"
+    shutil.copyfile(degraded_db, copy)
+    sql = SqlStore(f"sqlite:///{copy}")
+    yield sql
+    sql.close()
+
+
+def test_an_alert_reaches_every_receiver_explained_and_resolves_once(degraded: SqlStore, caplog: Any) -> None:
     caplog.set_level(logging.INFO)
-    degraded(store)
+    store = degraded
     registry = CollectorRegistry()
     with Receiver() as receiver:
         notifiers = [
@@ -151,7 +166,7 @@ def test_an_alert_reaches_every_receiver_explained_and_resolves_once(store: SqlS
                 "rubric": "helpfulness", "agent": "support", "kind": "pass_rate", "dimension": "",
                 "baseline": "trailing"}) == 1.0
             # Recovery: an hour of good results; resolved once, with endsAt.
-            seed(store, NOW + timedelta(minutes=30), 200, 10, timedelta(minutes=55))
+            seed(store, NOW + timedelta(minutes=35), 100, 10, timedelta(minutes=50))
             later = NOW + timedelta(minutes=90)
             assert {t.kind for t in restarted.run_cycle(later).transitions} == {"resolved"}
             assert restarted.run_cycle(later + timedelta(minutes=1)).transitions == []
@@ -168,9 +183,9 @@ def test_an_alert_reaches_every_receiver_explained_and_resolves_once(store: SqlS
 
 
 def test_a_judge_model_change_is_an_annotation_once_and_never_an_alert(store: SqlStore) -> None:
-    seed(store, NOW - timedelta(days=7), 700, 10, timedelta(days=7) - timedelta(hours=2))
+    seed(store, NOW - timedelta(days=7), 300, 10, timedelta(days=7) - timedelta(hours=2))
     # The new judge is stricter: half fail. Compared with nothing: a new baseline, no regression.
-    seed(store, NOW - timedelta(minutes=40), 120, 2, timedelta(minutes=39), judge="judge-b")
+    seed(store, NOW - timedelta(minutes=40), 60, 2, timedelta(minutes=39), judge="judge-b")
     alerts = service(store, settings([]))
     try:
         first = alerts.run_cycle(NOW)
@@ -188,8 +203,8 @@ def test_a_judge_model_change_is_an_annotation_once_and_never_an_alert(store: Sq
         restarted.close()
 
 
-def test_a_silence_keeps_state_and_metrics_but_sends_nothing(store: SqlStore) -> None:
-    degraded(store)
+def test_a_silence_keeps_state_and_metrics_but_sends_nothing(degraded: SqlStore) -> None:
+    store = degraded
     registry = CollectorRegistry()
     with Receiver() as receiver:
         alert_settings = settings([{"name": "hook", "kind": "webhook", "url": receiver.url}],
@@ -205,8 +220,8 @@ def test_a_silence_keeps_state_and_metrics_but_sends_nothing(store: SqlStore) ->
         assert count(registry, "hook", "silenced") == 1
 
 
-def test_notifier_faults_are_retried_counted_and_block_nothing(store: SqlStore) -> None:
-    degraded(store)
+def test_notifier_faults_are_retried_counted_and_block_nothing(degraded: SqlStore) -> None:
+    store = degraded
     calls: dict[str, int] = {}
     lock = threading.Lock()
 
@@ -253,8 +268,8 @@ def test_notifier_faults_are_retried_counted_and_block_nothing(store: SqlStore) 
         ("throttled", "retry"): 1, ("throttled", "sent"): 1, ("slow", "sent"): 1, ("fine", "sent"): 1}
 
 
-def test_a_restart_delivers_what_was_pending_and_nothing_twice(store: SqlStore) -> None:
-    degraded(store)
+def test_a_restart_delivers_what_was_pending_and_nothing_twice(degraded: SqlStore) -> None:
+    store = degraded
     state = {"up": False}
 
     def script(request: Received) -> Answer:
@@ -287,7 +302,6 @@ def test_a_restart_delivers_what_was_pending_and_nothing_twice(store: SqlStore) 
         finally:
             restarted.close()
         assert [r.status for r in receiver.on("/later")] == [503, 200]
-        assert receiver.on("/later")[0].raw == receiver.on("/later")[1].raw.replace(b"", b"") or True
         assert len(receiver.on("/now")) == 1  # delivered before the restart: not sent again
         ids = {r.headers["x-rubric-monitor-event"] for r in receiver.received}
         assert len(ids) == 1  # the same event everywhere, one id a receiver can deduplicate on
