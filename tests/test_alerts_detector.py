@@ -60,15 +60,25 @@ def test_interval_and_test_values_match_published_examples() -> None:
     assert benjamini_hochberg([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.02, 0.04, 0.04, 0.02])
 
 
-def test_pure_noise_false_alerts_stay_within_the_configured_rate() -> None:
-    rng = random.Random(11)
+def large(rng: random.Random, n: int, pass_rate: float, dimensions: dict[str, list[float]]) -> Counts:
+    """A week-long baseline: its pass count drawn by the normal approximation (n draws per window are slow), its
+    dimension counts at their expected values (their noise is negligible next to the window's)."""
+    passed = min(n, max(0, round(rng.gauss(n * pass_rate, (n * pass_rate * (1 - pass_rate)) ** 0.5))))
+    dims = {name: [round(n * p) for p in probabilities] for name, probabilities in dimensions.items()}
+    return Counts(passed=passed, failed=n - passed, first_ts=0, last_ts=1, dimensions=dims)
+
+
+@pytest.mark.parametrize(("current_n", "baseline_n"), [(30, 5040), (60, 420), (60, 10080), (200, 33600)])
+def test_pure_noise_false_alerts_stay_within_the_configured_rate(current_n: int, baseline_n: int) -> None:
+    """1,000 windows of pure noise per series (a pass rate and three dimensions, the same distribution on both
+    sides): windows with any alert stay within the configured rate (fdr_q, 5 %)."""
+    rng = random.Random(current_n + baseline_n)
     false_alerts = 0
     windows = 1000
+    dims = {"accuracy": GOOD, "tone": GOOD, "policy": WORSE}
     for _ in range(windows):
-        # One series: pass rate and three dimensions, all from the same distribution on both sides.
-        dims = {"accuracy": GOOD, "tone": GOOD, "policy": WORSE}
-        current = simulate(rng, 60, 0.85, dims, ts=100)
-        baseline = simulate(rng, 420, 0.85, dims, ts=0)
+        current = simulate(rng, current_n, 0.9, dims, ts=100)
+        baseline = large(rng, baseline_n, 0.9, dims)
         detection = detect([("1h", [series(current, baseline)])], SETTINGS)
         false_alerts += any(v.status == "regression" for v in detection.verdicts)
     assert false_alerts <= SETTINGS.fdr_q * windows, false_alerts

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Literal
 
 from monitor.alerts.stats import TestResult, benjamini_hochberg, mann_whitney_drop, two_proportion_drop
@@ -110,7 +111,7 @@ class SeriesKey:
     dimension: str = ""
     """Empty for pass_rate."""
 
-    @property
+    @cached_property
     def id(self) -> str:
         return "|".join((self.rubric, self.agent, self.kind, self.dimension))
 
@@ -256,15 +257,13 @@ def detect(windows: Sequence[tuple[str, Sequence[SeriesCounts]]], settings: Dete
 
 def _cannot_judge_reasons(items: Sequence[SeriesCounts], settings: DetectorSettings) -> set[str]:
     """Over the current window, every configuration together: the judge's health is not a property of one."""
-    window = Counts()
-    for item in items:
-        window.add(item.current)
+    total = sum(i.current.total for i in items)
     reasons: set[str] = set()
-    if window.total < settings.min_total_for_cannot_judge:
+    if total < settings.min_total_for_cannot_judge:
         return reasons
-    if window.unscored / window.total > settings.max_unscored_share:
+    if sum(i.current.unscored for i in items) / total > settings.max_unscored_share:
         reasons.add("unscored")
-    if window.judge_errors / window.total > settings.max_judge_error_share:
+    if sum(i.current.judge_errors for i in items) / total > settings.max_judge_error_share:
         reasons.add("judge_errors")
     return reasons
 
@@ -299,10 +298,13 @@ def _series_tests(window: str, rubric: str, agent: str, items: Sequence[SeriesCo
     dimensions = sorted({d for i in same for part in (i.current, i.baseline) for d in part.dimensions})
     start = min((i.current.first_ts for i in same), default=0.0)
     # Trailing: the same configuration, every agent version, before the window.
-    current, baseline = Counts(), Counts()
-    for item in same:
-        current.add(item.current)
-        baseline.add(item.baseline)
+    if len(same) == 1:
+        current, baseline = same[0].current, same[0].baseline  # the usual case: nothing to add up
+    else:
+        current, baseline = Counts(), Counts()
+        for item in same:
+            current.add(item.current)
+            baseline.add(item.baseline)
     pairs: list[tuple[Baseline, Counts, Counts, str | None, str | None]] = [
         ("trailing", current, baseline, None, None)]
     # Previous version: the newest agent version in the window against the version that ran before it.
@@ -326,14 +328,23 @@ def _series_tests(window: str, rubric: str, agent: str, items: Sequence[SeriesCo
                     theirs.add(item.baseline)
             pairs.append(("previous_version", mine, theirs, version, previous))
     for baseline_name, now, before, version, previous in pairs:
-        template = Verdict(key=SeriesKey(rubric, agent, "pass_rate"), baseline=baseline_name, window=window,
-                           status="no_verdict", config=config, agent_version=version,
-                           baseline_agent_version=previous, window_start_ts=start)
-        yield _pass_rate_verdict(template, now, before, settings), settings.min_effect_pass_rate
-        for dimension in dimensions:
-            verdict = replace(template, key=SeriesKey(rubric, agent, "dimension_mean", dimension))
-            yield (_dimension_verdict(verdict, now.dimensions.get(dimension), before.dimensions.get(dimension),
-                                      settings), settings.min_effect_dimension)
+
+        def blank(key: SeriesKey, baseline: Baseline = baseline_name, agent_version: str | None = version,
+                  baseline_agent_version: str | None = previous) -> Verdict:
+            return Verdict(key=key, baseline=baseline, window=window, status="no_verdict", config=config,
+                           agent_version=agent_version, baseline_agent_version=baseline_agent_version,
+                           window_start_ts=start)
+
+        dimension_verdicts = [
+            _dimension_verdict(blank(SeriesKey(rubric, agent, "dimension_mean", dimension)),
+                               now.dimensions.get(dimension), before.dimensions.get(dimension), settings)
+            for dimension in dimensions]
+        pass_rate = _pass_rate_verdict(blank(SeriesKey(rubric, agent, "pass_rate")), now, before, settings)
+        if pass_rate.test is not None:
+            pass_rate.attribution = _attribution(dimension_verdicts)
+        yield pass_rate, settings.min_effect_pass_rate
+        for verdict in dimension_verdicts:
+            yield verdict, settings.min_effect_dimension
 
 
 def _pass_rate_verdict(verdict: Verdict, now: Counts, before: Counts, settings: DetectorSettings) -> Verdict:
@@ -346,7 +357,6 @@ def _pass_rate_verdict(verdict: Verdict, now: Counts, before: Counts, settings: 
         verdict.reasons = (f"too few evaluations (need {settings.min_samples} on each side)",)
         return verdict
     verdict.test = two_proportion_drop(now.passed, now.scored, before.passed, before.scored)
-    verdict.attribution = _attribution(now, before)
     return verdict
 
 
@@ -364,15 +374,14 @@ def _dimension_verdict(verdict: Verdict, now: list[int] | None, before: list[int
 
 
 def _mean(counts: Sequence[int]) -> float | None:
-    n = sum(counts)
-    return None if n == 0 else sum((i + 1) * c for i, c in enumerate(counts)) / n
+    c1, c2, c3, c4, c5 = counts
+    n = c1 + c2 + c3 + c4 + c5
+    return None if n == 0 else (c1 + 2 * c2 + 3 * c3 + 4 * c4 + 5 * c5) / n
 
 
-def _attribution(now: Counts, before: Counts, top: int = 3) -> tuple[Attribution, ...]:
-    moved = []
-    for dimension in sorted(set(now.dimensions) & set(before.dimensions)):
-        current, baseline = _mean(now.dimensions[dimension]), _mean(before.dimensions[dimension])
-        if current is not None and baseline is not None:
-            moved.append(Attribution(dimension, current - baseline, current, baseline))
+def _attribution(dimensions: Sequence[Verdict], top: int = 3) -> tuple[Attribution, ...]:
+    """The dimensions whose mean fell most, from this cycle's dimension verdicts of the same series."""
+    moved = [Attribution(v.key.dimension, v.current_value - v.baseline_value, v.current_value, v.baseline_value)
+             for v in dimensions if v.current_value is not None and v.baseline_value is not None]
     moved.sort(key=lambda a: (a.effect, a.dimension))
     return tuple(a for a in moved[:top] if a.effect < 0)

@@ -69,7 +69,11 @@ def step(states: dict[str, AlertState], verdicts: dict[SeriesKey, Verdict], now:
     changed: dict[str, AlertState] = {}
     transitions: list[Transition] = []
     for key, verdict in verdicts.items():
-        old = states.get(key.id) or AlertState.new(key)
+        old = states.get(key.id)
+        if old is None:
+            if verdict.status != "regression":
+                continue  # the common case: nothing to remember about a quiet series
+            old = AlertState.new(key)
         new, transition = _advance(old, verdict, now, for_seconds, renotify_seconds)
         if new != old:
             changed[key.id] = new

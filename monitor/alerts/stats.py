@@ -63,18 +63,12 @@ def two_proportion_drop(x1: int, n1: int, x0: int, n0: int) -> TestResult:
     if variance <= 0:
         # Both all-pass or both all-fail: no evidence of anything.
         return TestResult(p1 - p0, 1.0 if p1 >= p0 else 0.0, low, high)
-    z = (p1 - p0) / math.sqrt(variance)
-    return TestResult(p1 - p0, normal_sf(-z), low, high)
-
-
-SCORES = (1, 2, 3, 4, 5)
-
-
-def _mean_and_variance(counts: Sequence[int]) -> tuple[float, float, int]:
-    n = sum(counts)
-    mean = sum(s * c for s, c in zip(SCORES, counts, strict=True)) / n
-    variance = sum(c * (s - mean) ** 2 for s, c in zip(SCORES, counts, strict=True)) / max(1, n - 1)
-    return mean, variance, n
+    # Yates' continuity correction towards "no drop": without it the normal approximation is anti-conservative for
+    # small windows with pass rates near 1 (6.5 % false alerts at n=60, p=0.9 for a nominal 5 %).
+    difference, correction = p1 - p0, 0.5 * (1 / n1 + 1 / n0)
+    shrunk = difference + correction if difference < -correction else (
+        difference - correction if difference > correction else 0.0)
+    return TestResult(difference, normal_sf(-shrunk / math.sqrt(variance)), low, high)
 
 
 def mann_whitney_u(current: Sequence[int], baseline: Sequence[int]) -> float:
@@ -90,12 +84,23 @@ def mann_whitney_u(current: Sequence[int], baseline: Sequence[int]) -> float:
 def mann_whitney_drop(current: Sequence[int], baseline: Sequence[int]) -> TestResult:
     """One-sided Mann-Whitney U test that current scores are stochastically lower than baseline ones, from the
     counts of scores 1..5 (index 0 is score 1), with the normal approximation and the tie correction (1-5 scores
-    are mostly ties). The effect and its interval are on the mean score, which is what dashboards show."""
-    mean1, var1, n1 = _mean_and_variance(current)
-    mean0, var0, n0 = _mean_and_variance(baseline)
-    u = mann_whitney_u(current, baseline)
+    are mostly ties). The effect and its interval are on the mean score, which is what dashboards show.
+
+    Unrolled over the five scores: it runs for every dimension of every series in every cycle."""
+    c1, c2, c3, c4, c5 = current
+    b1, b2, b3, b4, b5 = baseline
+    n1 = c1 + c2 + c3 + c4 + c5
+    n0 = b1 + b2 + b3 + b4 + b5
+    mean1 = (c1 + 2 * c2 + 3 * c3 + 4 * c4 + 5 * c5) / n1
+    mean0 = (b1 + 2 * b2 + 3 * b3 + 4 * b4 + 5 * b5) / n0
+    var1 = max(0.0, (c1 + 4 * c2 + 9 * c3 + 16 * c4 + 25 * c5 - n1 * mean1 * mean1) / max(1, n1 - 1))
+    var0 = max(0.0, (b1 + 4 * b2 + 9 * b3 + 16 * b4 + 25 * b5 - n0 * mean0 * mean0) / max(1, n0 - 1))
+    # U of the current sample: pairs where current > baseline, ties counting one half.
+    u = (c1 * 0.5 * b1 + c2 * (b1 + 0.5 * b2) + c3 * (b1 + b2 + 0.5 * b3) + c4 * (b1 + b2 + b3 + 0.5 * b4)
+         + c5 * (b1 + b2 + b3 + b4 + 0.5 * b5))
     total = n1 + n0
-    ties = sum((c + b) ** 3 - (c + b) for c, b in zip(current, baseline, strict=True))
+    t1, t2, t3, t4, t5 = c1 + b1, c2 + b2, c3 + b3, c4 + b4, c5 + b5
+    ties = t1 ** 3 - t1 + t2 ** 3 - t2 + t3 ** 3 - t3 + t4 ** 3 - t4 + t5 ** 3 - t5
     variance = n1 * n0 / 12 * ((total + 1) - ties / (total * (total - 1)))
     standard_error = math.sqrt(var1 / n1 + var0 / n0)
     effect = mean1 - mean0
