@@ -132,7 +132,7 @@ class Monitor:
 
     def close(self) -> None:
         if self.alerts is not None:
-            self.alerts.close()
+            self.alerts.close(drain_seconds=5.0)
         self.pipeline.close()
         self.pipeline.source.close()
         self.store.close()

@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from monitor.alerts.detector import CANNOT_JUDGE_REASONS, Detection
+from monitor.alerts.detector import CANNOT_JUDGE_REASONS, Detection, Kind, SeriesKey
 from monitor.alerts.lifecycle import AlertState
 
 _LABELS = ["rubric", "agent", "kind", "dimension", "baseline"]
@@ -66,8 +66,9 @@ class AlertMetrics:
             "1 while a series cannot be judged for this reason (unscored, judge_errors, source_behind, "
             "judge_unavailable); its quality alerts neither fire nor resolve.",
             labels=["rubric", "agent", "reason"])
-        for (key, baseline), verdict in sorted(detection.per_baseline().items(),
-                                               key=lambda kv: (kv[0][0].id, kv[0][1])):
+        per_baseline = detection.per_baseline()
+        published = set(per_baseline)
+        for (key, baseline), verdict in sorted(per_baseline.items(), key=lambda kv: (kv[0][0].id, kv[0][1])):
             labels = [key.rubric, key.agent, key.kind, key.dimension, baseline]
             state = states.get(key.id)
             firing = state is not None and state.state == "firing" and state.baseline == baseline
@@ -77,7 +78,18 @@ class AlertMetrics:
                 p_value.add_metric(labels, verdict.test.p_value if not math.isnan(verdict.test.p_value) else 1.0)
             samples.add_metric([*labels, "current"], verdict.current_n)
             samples.add_metric([*labels, "baseline"], verdict.baseline_n)
+        # A firing alert whose series has no data this cycle stays firing (no data is never a recovery): its flag
+        # stays too, or Prometheus would resolve what the daemon has not.
+        for state in states.values():
+            if state.state == "firing" and (_key_of(state), state.baseline) not in published:
+                regression.add_metric([state.rubric, state.agent, state.kind, state.dimension,
+                                       state.baseline or "trailing"], 1.0)
         for (rubric, agent), reasons in sorted(detection.cannot_judge.items()):
             for reason in CANNOT_JUDGE_REASONS:
                 cannot_judge.add_metric([rubric, agent, reason], 1.0 if reason in reasons else 0.0)
         self._collector.publish([regression, effect, p_value, samples, cannot_judge])
+
+
+def _key_of(state: AlertState) -> SeriesKey:
+    kind: Kind = "pass_rate" if state.kind == "pass_rate" else "dimension_mean"
+    return SeriesKey(state.rubric, state.agent, kind, state.dimension)

@@ -209,6 +209,10 @@ class AlertService:
                 if (rubric is None or key.rubric == rubric) and (agent is None or key.agent == agent)]
         return sorted(rows, key=lambda r: (r[0].rubric, r[0].agent, r[0].kind != "pass_rate", r[0].dimension))
 
-    def close(self) -> None:
+    def close(self, drain_seconds: float = 0.0) -> None:
+        """Stop delivering; with ``drain_seconds``, first give the notifications in flight that long to finish
+        (what is still pending stays in the outbox for the next start)."""
         if self._started:
+            if drain_seconds > 0:
+                self.dispatcher.wait_idle(drain_seconds)
             self.dispatcher.close()
