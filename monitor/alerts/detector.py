@@ -21,8 +21,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from functools import cached_property
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from monitor.alerts.stats import TestResult, benjamini_hochberg, mann_whitney_drop, two_proportion_drop
 
@@ -103,28 +102,28 @@ class DetectorSettings:
     """Below this many evaluations in the window, shares are too noisy to call the judge unhealthy."""
 
 
-@dataclass(frozen=True)
-class SeriesKey:
+class SeriesKey(NamedTuple):
+    """What one alert is about. A tuple: tens of thousands are made per cycle."""
+
     rubric: str
     agent: str
     kind: Kind
     dimension: str = ""
     """Empty for pass_rate."""
 
-    @cached_property
+    @property
     def id(self) -> str:
         return "|".join((self.rubric, self.agent, self.kind, self.dimension))
 
 
-@dataclass(frozen=True)
-class Attribution:
+class Attribution(NamedTuple):
     dimension: str
     effect: float
     current_mean: float
     baseline_mean: float
 
 
-@dataclass
+@dataclass(slots=True)
 class Verdict:
     key: SeriesKey
     baseline: Baseline
@@ -210,18 +209,13 @@ def _q(verdict: Verdict) -> float:
     return 1.0 if verdict.q_value is None else verdict.q_value
 
 
-@dataclass
-class _Candidate:
-    verdict: Verdict
-    min_effect: float
-
-
 def detect(windows: Sequence[tuple[str, Sequence[SeriesCounts]]], settings: DetectorSettings,
            global_reasons: Iterable[str] = ()) -> Detection:
     """Verdicts for every series of every window; ``global_reasons`` (source behind, judge unavailable) make
     every series ``cannot_judge``."""
     verdicts: list[Verdict] = []
-    candidates: list[_Candidate] = []
+    candidates: list[Verdict] = []
+    min_effects: list[float] = []
     annotations: dict[str, Annotation] = {}
     cannot_judge: dict[tuple[str, str], set[str]] = {}
     shared = set(global_reasons)
@@ -241,16 +235,16 @@ def detect(windows: Sequence[tuple[str, Sequence[SeriesCounts]]], settings: Dete
                     verdict.reasons = tuple(sorted(reasons))
                     verdicts.append(verdict)
                 elif verdict.test is not None:
-                    candidates.append(_Candidate(verdict, min_effect))
+                    candidates.append(verdict)
+                    min_effects.append(min_effect)
                     verdicts.append(verdict)
                 else:
                     verdicts.append(verdict)
-    adjusted = benjamini_hochberg([c.verdict.test.p_value for c in candidates if c.verdict.test is not None])
-    for candidate, q in zip(candidates, adjusted, strict=True):
-        verdict = candidate.verdict
+    adjusted = benjamini_hochberg([v.test.p_value for v in candidates if v.test is not None])
+    for verdict, min_effect, q in zip(candidates, min_effects, adjusted, strict=True):
         assert verdict.test is not None
         verdict.q_value = q
-        significant = q <= settings.fdr_q and verdict.test.effect <= -candidate.min_effect
+        significant = q <= settings.fdr_q and verdict.test.effect <= -min_effect
         verdict.status = "regression" if significant else "ok"
     return Detection(verdicts, sorted(annotations.values(), key=lambda a: a.key), cannot_judge)
 
@@ -360,17 +354,22 @@ def _pass_rate_verdict(verdict: Verdict, now: Counts, before: Counts, settings: 
     return verdict
 
 
-def _dimension_verdict(verdict: Verdict, now: list[int] | None, before: list[int] | None,
+def _dimension_verdict(verdict: Verdict, now: Sequence[int] | None, before: Sequence[int] | None,
                        settings: DetectorSettings) -> Verdict:
-    now, before = now or [0] * 5, before or [0] * 5
-    verdict.current_n, verdict.baseline_n = sum(now), sum(before)
-    verdict.current_value = _mean(now)
-    verdict.baseline_value = _mean(before)
-    if sum(now) < settings.min_samples or sum(before) < settings.min_samples:
+    now, before = now or _NONE, before or _NONE
+    n1, n0 = sum(now), sum(before)
+    verdict.current_n, verdict.baseline_n = n1, n0
+    if n1 < settings.min_samples or n0 < settings.min_samples:
+        verdict.current_value, verdict.baseline_value = _mean(now), _mean(before)
         verdict.reasons = (f"too few scores (need {settings.min_samples} on each side)",)
         return verdict
-    verdict.test = mann_whitney_drop(now, before)
+    verdict.test = test = mann_whitney_drop(now, before)
+    verdict.baseline_value = baseline = _mean(before)
+    verdict.current_value = None if baseline is None else baseline + test.effect
     return verdict
+
+
+_NONE = (0, 0, 0, 0, 0)
 
 
 def _mean(counts: Sequence[int]) -> float | None:

@@ -68,8 +68,10 @@ def step(states: dict[str, AlertState], verdicts: dict[SeriesKey, Verdict], now:
          renotify_seconds: float) -> tuple[dict[str, AlertState], list[Transition]]:
     changed: dict[str, AlertState] = {}
     transitions: list[Transition] = []
+    # Looked up by the key's fields: most series have no state, and building every id string costs a cycle dearly.
+    known = by_fields(states)
     for key, verdict in verdicts.items():
-        old = states.get(key.id)
+        old = known.get(key)
         if old is None:
             if verdict.status != "regression":
                 continue  # the common case: nothing to remember about a quiet series
@@ -80,6 +82,10 @@ def step(states: dict[str, AlertState], verdicts: dict[SeriesKey, Verdict], now:
         if transition is not None:
             transitions.append(transition)
     return changed, transitions
+
+
+def by_fields(states: dict[str, AlertState]) -> dict[tuple[str, str, str, str], AlertState]:
+    return {(s.rubric, s.agent, s.kind, s.dimension): s for s in states.values()}
 
 
 def _advance(state: AlertState, verdict: Verdict, now: float, for_seconds: float, renotify_seconds: float

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 Z95 = 1.959963984540054
 """Two-sided 95 % normal quantile: the intervals shown in alerts are 95 % intervals."""
@@ -43,8 +43,7 @@ def newcombe_interval(x1: int, n1: int, x0: int, n0: int, z: float = Z95) -> tup
     return lower, upper
 
 
-@dataclass(frozen=True)
-class TestResult:
+class TestResult(NamedTuple):
     effect: float
     """Current minus baseline: pass-rate points (0..1) or mean score points (1..5 scale)."""
     p_value: float
@@ -100,7 +99,7 @@ def mann_whitney_drop(current: Sequence[int], baseline: Sequence[int]) -> TestRe
          + c5 * (b1 + b2 + b3 + b4 + 0.5 * b5))
     total = n1 + n0
     t1, t2, t3, t4, t5 = c1 + b1, c2 + b2, c3 + b3, c4 + b4, c5 + b5
-    ties = t1 ** 3 - t1 + t2 ** 3 - t2 + t3 ** 3 - t3 + t4 ** 3 - t4 + t5 ** 3 - t5
+    ties = (t1 * t1 - 1) * t1 + (t2 * t2 - 1) * t2 + (t3 * t3 - 1) * t3 + (t4 * t4 - 1) * t4 + (t5 * t5 - 1) * t5
     variance = n1 * n0 / 12 * ((total + 1) - ties / (total * (total - 1)))
     standard_error = math.sqrt(var1 / n1 + var0 / n0)
     effect = mean1 - mean0
