@@ -187,13 +187,10 @@ def build_monitor(settings: Settings, registry: CollectorRegistry | None = None)
 def build_alerts(settings: Settings, store: SqlStore, registry: CollectorRegistry, judge: Judge | None = None,
                  source: str | None = None) -> AlertService:
     """The regression alerts of the daemon (and of ``rubric-monitor regressions``, which passes no judge)."""
-    from monitor.alerts.service import AlertService, build_notifier, duration_seconds
+    from monitor.alerts.service import AlertService, check_settings
 
     alert_settings = settings.alerts
-    renotify = duration_seconds(alert_settings.renotify_interval, "alerts.renotify_interval")
-    # Alertmanager keeps a firing alert until its endsAt: beyond the next re-post, with room for a slow cycle.
-    ttl = timedelta(seconds=renotify * 1.5 + 5 * max(60.0, settings.interval_seconds))
-    notifiers = [build_notifier(n, ttl) for n in alert_settings.notifiers]
+    notifiers = check_settings(alert_settings, settings.interval_seconds)
 
     def reasons() -> set[str]:
         found = set()

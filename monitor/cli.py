@@ -115,6 +115,9 @@ def _cmd_check(args: argparse.Namespace) -> int:
     settings = load_settings(args.config)
     for window in settings.metrics.windows:
         parse_window(window)
+    from monitor.alerts.service import check_settings
+
+    check_settings(settings.alerts, settings.interval_seconds)
     registry = RubricRegistry(settings.rubrics.directory)
     registry.load()
     for rubric in registry.active():

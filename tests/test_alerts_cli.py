@@ -103,3 +103,18 @@ def test_alert_counts_and_state_on_postgresql() -> None:
         assert alerts.store.load_states()["helpfulness|support|pass_rate|"]["state"] == "firing"
     finally:
         store.close()
+
+
+def test_check_names_a_bad_alert_setting(tmp_path: Path) -> None:
+    path = write_config(tmp_path / "config.yaml", {"alerts": {"for_duration": "ten minutes"}})
+    checked = run_cli(["check", "--config", str(path)], tmp_path)
+    assert checked.returncode == 2
+    assert "alerts.for_duration: 'ten minutes' is not a duration like 0s, 10m, 1h or 7d" in checked.stderr
+    path = write_config(tmp_path / "config.yaml", {"alerts": {"notifiers": [
+        {"name": "hook", "kind": "webhook", "url": "ftp://secret-token@hooks.example"}]}})
+    checked = run_cli(["check", "--config", str(path)], tmp_path)
+    assert checked.returncode == 2 and "alerts.notifiers.hook.url: must be an http(s) URL" in checked.stderr
+    assert "secret-token" not in checked.stderr
+    path = write_config(tmp_path / "config.yaml", {"alerts": {"notifiers": [{"name": "hook", "kind": "slack"}]}})
+    checked = run_cli(["check", "--config", str(path)], tmp_path)
+    assert checked.returncode == 2 and "notifier 'hook' needs url or url_file" in checked.stderr

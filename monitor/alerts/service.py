@@ -91,6 +91,22 @@ def build_notifier(settings: NotifierSettings, firing_ttl: timedelta) -> Notifie
     return WebhookNotifier(settings.name, url, secret, settings.timeout_seconds, settings.events)
 
 
+def check_settings(settings: AlertSettings, interval_seconds: float) -> list[Notifier]:
+    """Everything ``build_alerts`` would refuse (durations, notifier URLs and secrets), for ``rubric-monitor
+    check``; raises ``ConfigError``."""
+    plan = Plan.of(settings)
+    for silence in settings.silences:
+        for label, pattern in silence.matchers.items():
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ConfigError("settings", f"alerts.silences.matchers.{label}", f"not a regular expression: {exc}"
+                                  ) from exc
+    # Alertmanager keeps a firing alert until its endsAt: beyond the next re-post, with room for slow cycles.
+    ttl = timedelta(seconds=plan.renotify_seconds * 1.5 + 5 * max(60.0, interval_seconds))
+    return [build_notifier(n, ttl) for n in settings.notifiers]
+
+
 def silenced(labels: dict[str, str], settings: AlertSettings, now: datetime) -> str | None:
     """The comment (or matchers) of the first active silence matching these labels."""
     for silence in settings.silences:
