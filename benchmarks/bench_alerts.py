@@ -115,8 +115,8 @@ def false_alerts(per_hour: int, windows: int, seed: int) -> tuple[int, int]:
 
 
 def calibration() -> float:
-    """Seconds of 10 million integer additions in a Python loop: how fast this machine is right now (about 0.4 s
-    on an idle modern core), to scale the cycle time by."""
+    """CPU seconds of 10 million integer additions in a Python loop: how fast this machine's core is, to compare
+    runs on different machines."""
     started = time.process_time()
     total = 0
     for i in range(10_000_000):
@@ -126,7 +126,8 @@ def calibration() -> float:
 
 def cycle_time(rubrics: int = 100, agents: int = 20, dimensions: int = 10, repeat: int = 3
                ) -> tuple[dict[str, float], int]:
-    """Seconds of one cycle's detection (2 windows), lifecycle step and metrics publication; and the tests run."""
+    """CPU seconds (process time: other load on a shared machine does not count) of one cycle's detection (2
+    windows), lifecycle step and metrics publication; and the number of tests run."""
     rng = random.Random(1)
     names = [f"d{i}" for i in range(dimensions)]
 
@@ -189,10 +190,10 @@ def main() -> int:
     speed = calibration()
     seconds, tests = cycle_time()
     total = sum(seconds.values())
-    print(f"Cycle at 100 rubrics x 20 agents x 10 dimensions, 2 windows, {tests} tests: detection "
+    print(f"Cycle at 100 rubrics x 20 agents x 10 dimensions, 2 windows, {tests} tests, CPU time: detection "
           f"{seconds['detect'] * 1000:.0f} ms, lifecycle {seconds['lifecycle'] * 1000:.0f} ms, metrics "
-          f"{seconds['metrics'] * 1000:.0f} ms, total {total * 1000:.0f} ms; machine calibration (10M additions) "
-          f"{speed:.2f} s, so about {total * 0.4 / speed * 1000:.0f} ms on an idle core.")
+          f"{seconds['metrics'] * 1000:.0f} ms, total {total * 1000:.0f} ms (a loop of 10M additions takes "
+          f"{speed:.2f} s of CPU on this machine).")
     return 0
 
 
