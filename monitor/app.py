@@ -6,17 +6,13 @@ Only this module chooses implementations; every stage elsewhere sees protocols.
 from __future__ import annotations
 
 import logging
-import signal
+import os
 import threading
 from dataclasses import dataclass
-from datetime import timedelta
-from types import FrameType
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry
-
-if TYPE_CHECKING:
-    from monitor.alerts.service import AlertService
 
 from monitor.errors import ConfigError
 from monitor.evaluators.adaptive import AdaptiveEvaluator
@@ -25,29 +21,27 @@ from monitor.evaluators.cache import VerdictCache
 from monitor.evaluators.item_cache import InMemoryItemCache, ItemStore, PersistentItemCache
 from monitor.evaluators.static import StaticMetricEvaluator
 from monitor.evaluators.weighted import WeightedEvaluator
+from monitor.exposition import Exposition
 from monitor.health import HealthState, MonitorHTTPServer
 from monitor.judge.base import Judge
 from monitor.judge.charging import ChargingJudge
-from monitor.metrics import MonitorMetrics, StoredAggregatesCollector
+from monitor.metrics import MonitorMetrics
 from monitor.models import utc_now
 from monitor.pipeline import CycleReport, Pipeline
+from monitor.rollups import parse_window
 from monitor.rubrics.registry import RubricRegistry
 from monitor.rubrics.schema import Rubric
 from monitor.settings import JudgeSettings, Settings, SourceSettings, read_secret
 from monitor.sources.base import TraceSource
 from monitor.store.sql import SqlStore
 
+if TYPE_CHECKING:
+    from monitor.alerts.service import AlertService
+
 log = logging.getLogger(__name__)
 
-_WINDOW_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-
-
-def parse_window(window: str) -> float:
-    """``"1h"`` → 3600.0; errors name the setting."""
-    unit = window[-1:]
-    if unit not in _WINDOW_UNITS or not window[:-1].isdigit():
-        raise ConfigError("settings", "metrics.windows", f"{window!r} is not a window like 30m, 1h, 24h or 7d")
-    return int(window[:-1]) * float(_WINDOW_UNITS[unit])
+SHUTDOWN_MARGIN_SECONDS = 5.0
+"""Beyond ``shutdown_grace_seconds``: time to record what finished and close the store."""
 
 
 def build_source(settings: SourceSettings, metrics: MonitorMetrics) -> TraceSource:
@@ -97,13 +91,16 @@ class Monitor:
     store: SqlStore
     alerts: AlertService | None = None
 
-    def run_cycle(self) -> CycleReport:
+    def run_cycle(self, now: datetime | None = None) -> CycleReport:
         started = utc_now()
         try:
-            report = self.pipeline.run_cycle(started)
+            report = self.pipeline.run_cycle(now or started)
         except Exception as exc:
             log.exception("cycle failed")
             report = CycleReport(started_at=started, finished_at=utc_now(), failures=[f"cycle: {exc!r}"])
+        problem = self.refresh_metrics()
+        if problem:
+            report.failures.append(problem)
         elapsed = ((report.finished_at or utc_now()) - started).total_seconds()
         self.metrics.cycle_duration.observe(elapsed)
         self.metrics.cycles.labels("ok" if report.ok else "failed").inc()
@@ -130,6 +127,26 @@ class Monitor:
             log.exception("regression alerts failed this cycle (scoring is not affected)")
             self.metrics.stage_failures.labels("alerts").inc()
 
+    def run_cycles(self) -> None:
+        """One cycle, and at once another while the last one stopped before the backlog ran out (spans read
+        per cycle, evaluations per cycle): a backlog drains at the judge's pace, not one cap per interval."""
+        while True:
+            report = self.run_cycle()
+            if not report.behind or not report.ok or self.pipeline.stop.is_set():
+                return
+
+    def refresh_metrics(self) -> str | None:
+        """End of a cycle: the windowed gauges from the rollups, then every quality family rendered once for the
+        scrapes until the next cycle. Returns the failure, if any (the counters are still served)."""
+        try:
+            self.metrics.quality.refresh(self.store, utc_now())
+        except Exception as exc:
+            log.exception("the rolling-window gauges could not be refreshed; the previous ones are served")
+            self.metrics.stage_failures.labels("metrics").inc()
+            self.metrics.quality.prepare()
+            return f"metrics: {type(exc).__name__}: {exc}"
+        return None
+
     def close(self) -> None:
         if self.alerts is not None:
             self.alerts.close(drain_seconds=5.0)
@@ -141,8 +158,8 @@ class Monitor:
 def build_monitor(settings: Settings, registry: CollectorRegistry | None = None) -> Monitor:
     """Build every stage from settings. Raises ``ConfigError`` (exit 2) on a bad setting or rubric file."""
     registry = registry or CollectorRegistry()
-    metrics = MonitorMetrics(registry)
-    windows = [(w, parse_window(w)) for w in settings.metrics.windows]
+    windows = [parse_window(w) for w in settings.metrics.windows]
+    metrics = MonitorMetrics(registry, windows, settings.metrics.max_agents_per_rubric)
     rubrics = RubricRegistry(settings.rubrics.directory, metrics)
     rubrics.load()
     url = store_url(settings)
@@ -152,8 +169,7 @@ def build_monitor(settings: Settings, registry: CollectorRegistry | None = None)
     store = SqlStore(url)
     source = build_source(settings.source, metrics)
     judge = build_judge(settings.judge, metrics)
-    registry.register(StoredAggregatesCollector(lambda _: store.window_aggregates(windows, utc_now()),
-                                                [w for w, _ in windows]))
+    metrics.judge_configured(settings.judge.kind, settings.judge.model)
     delay = settings.source.ingestion_delay_seconds if settings.source.kind == "app_insights" else 0.0
     judge_settings = settings.judge
     if judge_settings.kind == "local":
@@ -176,12 +192,19 @@ def build_monitor(settings: Settings, registry: CollectorRegistry | None = None)
         sampling_settings=settings.sampling,
         judge_settings=judge_settings,
         completeness_delay=timedelta(seconds=delay),
+        max_spans_per_cycle=settings.max_spans_per_cycle,
+        shutdown_grace_seconds=settings.shutdown_grace_seconds,
     )
     health = HealthState(interval=timedelta(seconds=settings.interval_seconds))
     health.checks["judge"] = lambda: _judge_problem(judge)
+    health.checks["content"] = pipeline.content_problem
+    health.checks["judge calls"] = pipeline.judge_problem
     health.checks["rubrics"] = lambda: "; ".join(f"{k}: {v}" for k, v in rubrics.problems.items()) or None
     alerts = build_alerts(settings, store, registry, judge, source.name) if settings.alerts.enabled else None
-    return Monitor(settings, registry, metrics, pipeline, health, store, alerts)
+    monitor = Monitor(settings, registry, metrics, pipeline, health, store, alerts)
+    # The windows and the counters' label sets from the rollups, before the first scrape.
+    monitor.refresh_metrics()
+    return monitor
 
 
 def build_alerts(settings: Settings, store: SqlStore, registry: CollectorRegistry, judge: Judge | None = None,
@@ -234,9 +257,22 @@ def _store_problem(store: SqlStore) -> str | None:
 
 
 def run_daemon(settings: Settings, once: bool = False) -> int:
-    """Run until SIGTERM/SIGINT (exit 0), or one cycle with ``once`` (exit 1 if the cycle failed)."""
+    """Run until SIGTERM/SIGINT (exit 0), or one cycle with ``once`` (exit 1 if the cycle failed).
+
+    A signal at any point exits 0: during start-up before the first cycle; later the cycle in flight starts no
+    new evaluation, and judge calls still in flight after ``shutdown_grace_seconds`` are abandoned (their
+    evaluations stay pending)."""
+    from monitor import shutdown
+
+    shutdown.install()
     monitor = build_monitor(settings)
-    server = MonitorHTTPServer(settings.metrics.host, settings.metrics.port, monitor.registry, monitor.health,
+    monitor.pipeline.stop = shutdown.STOP
+    if shutdown.STOP.is_set():
+        log.info("stop requested during start-up: exiting before the first cycle")
+        monitor.close()
+        return 0
+    server = MonitorHTTPServer(settings.metrics.host, settings.metrics.port,
+                               Exposition(monitor.registry, monitor.metrics.quality), monitor.health,
                                lambda: _store_problem(monitor.store))
     server.start()
     host, port = server.address
@@ -244,31 +280,34 @@ def run_daemon(settings: Settings, once: bool = False) -> int:
     try:
         if once:
             return 0 if monitor.run_cycle().ok else 1
-        return _serve(monitor, settings.interval_seconds)
+        return _serve(monitor, settings.interval_seconds, settings.shutdown_grace_seconds)
     finally:
         server.close()
         monitor.close()
 
 
-def _serve(monitor: Monitor, interval: float) -> int:
+def _serve(monitor: Monitor, interval: float, grace: float) -> int:
     from apscheduler.schedulers.background import BackgroundScheduler
 
-    stopping = threading.Event()
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        log.info("signal %d: finishing the evaluations in flight, then exiting", signum)
-        monitor.pipeline.stop.set()
-        stopping.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    stopping = monitor.pipeline.stop
     scheduler = BackgroundScheduler(timezone="UTC")
     scheduler.add_job(
-        monitor.run_cycle, "interval", seconds=interval, id="cycle", next_run_time=utc_now(),
+        monitor.run_cycles, "interval", seconds=interval, id="cycle", next_run_time=utc_now(),
         max_instances=1, coalesce=True, misfire_grace_time=max(1, int(interval)),
     )
     scheduler.start()
     while not stopping.wait(1.0):
         pass
-    scheduler.shutdown(wait=True)  # waits for the cycle in flight, which stops taking new evaluations
+    log.info("stop requested: finishing the evaluations in flight (at most %gs), then exiting", grace)
+    # The cycle in flight starts no new evaluation and abandons its judge calls after the grace period; a
+    # source query cannot be cancelled that way, so past the grace period (and a margin to record what
+    # finished) the process exits without it.
+    finisher = threading.Thread(target=scheduler.shutdown, kwargs={"wait": True}, name="shutdown", daemon=True)
+    finisher.start()
+    finisher.join(grace + SHUTDOWN_MARGIN_SECONDS)
+    if finisher.is_alive():
+        log.warning("the cycle in flight did not end within %gs of the stop request; exiting without it (its "
+                    "work is read or judged again on the next start)", grace + SHUTDOWN_MARGIN_SECONDS)
+        logging.shutdown()
+        os._exit(0)
     return 0

@@ -42,35 +42,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return run_daemon(settings, once=args.once)
 
 
-def _numbered_lines(path: Path) -> Iterator[tuple[int, str]]:
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if line.strip():
-                yield number, line
-
-
 def read_conversations(path: Path) -> list[Conversation]:
-    """OTLP JSON lines or OpenAI-chat JSONL, told apart by the first record."""
-    from monitor.chat_format import read_chat_jsonl
+    """OTLP JSON lines or OpenAI-chat JSONL; unreadable lines are logged and counted (``monitor.input_files``)."""
+    from monitor.input_files import read_input_file
 
-    try:
-        first = next(_numbered_lines(path), None)
-    except OSError as exc:
-        raise ConfigError(str(path), None, f"cannot read: {exc.strerror}") from exc
-    if first is None:
-        return []
-    if '"resourceSpans"' in first[1]:
-        from monitor.assemble import assemble
-        from monitor.otlp import parse_otlp_line
-
-        spans = []
-        for number, line in _numbered_lines(path):
-            parsed, rejected = parse_otlp_line(line)
-            for reason, count in rejected.items():
-                log.warning("%s:%d: %d span(s) rejected: %s", path, number, count, reason)
-            spans.extend(parsed)
-        return assemble(spans).conversations
-    return list(read_chat_jsonl(_numbered_lines(path), str(path)))
+    return read_input_file(path).conversations
 
 
 def _cmd_evaluate(args: argparse.Namespace) -> int:
@@ -89,9 +65,17 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     judge = build_judge(settings.judge, MonitorMetrics(CollectorRegistry()))
     context = EvaluationContext(judge=judge, settings=settings.judge, store_content=settings.store.store_content)
 
+    skipped: list[str] = []
+
     async def evaluate_all() -> None:
         try:
             for conversation in conversations:
+                if not conversation.has_content:
+                    # Nothing to judge: a verdict on an empty transcript would be made up.
+                    skipped.append(conversation.id)
+                    print(f"rubric-monitor: conversation {conversation.id!r} of {args.input} skipped: no_content "
+                          "(no message carries text)", file=sys.stderr)
+                    continue
                 for result in await evaluator.evaluate(conversation, rubric, context):
                     output = result.foundry_output()
                     if result.turn_index is not None:
@@ -105,11 +89,13 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     except JudgeError as exc:
         print(f"rubric-monitor: the judge failed: {exc}", file=sys.stderr)
         return 1
+    if skipped:
+        print(f"rubric-monitor: {len(skipped)} conversation(s) skipped: no_content", file=sys.stderr)
     return 0
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    from monitor.app import parse_window
+    from monitor.rollups import parse_window
     from monitor.rubrics.registry import RubricRegistry
 
     settings = load_settings(args.config)
@@ -196,6 +182,9 @@ def build_parser() -> argparse.ArgumentParser:
     from monitor.rubrics.commands import add_rubrics_commands
 
     add_rubrics_commands(sub)
+    from monitor.store.cli import add_db_commands
+
+    add_db_commands(sub)
     from monitor.alerts.cli import add_alert_commands
 
     add_alert_commands(sub, _config_arg)
@@ -204,6 +193,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.handler is not _cmd_run:
+        from monitor import shutdown
+
+        shutdown.release()  # only the daemon treats SIGTERM as a stop request
     try:
         result: Any = args.handler(args)
         return int(result)
