@@ -149,7 +149,7 @@ class Monitor:
 
     def close(self) -> None:
         if self.alerts is not None:
-            self.alerts.close(drain_seconds=5.0)
+            self.alerts.close(drain_seconds=2.0)  # within the SIGTERM budget of shutdown_grace_seconds
         self.pipeline.close()
         self.pipeline.source.close()
         self.store.close()
