@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry
@@ -47,3 +47,28 @@ def test_the_agent_version_falls_back_to_the_service_version() -> None:
     assert assemble([span]).conversations[0].agent_version == "2.3.1"
     tagged = span.model_copy(update={"attributes": {**span.attributes, "gen_ai.agent.version": "7"}})
     assert assemble([tagged]).conversations[0].agent_version == "7"
+
+
+def test_a_source_far_behind_suspends_every_verdict(tmp_path: Path) -> None:
+    from prometheus_client import Gauge
+
+    from monitor.app import build_alerts
+    from monitor.store.sql import SqlStore
+
+    settings = load_settings(None, environ={"RUBRIC_MONITOR_ALERTS__MAX_SOURCE_LAG_SECONDS": "600"})
+    registry = CollectorRegistry()
+    lag = Gauge("rubric_monitor_source_lag_seconds", "lag", ["source"], registry=registry)
+    store = SqlStore(f"sqlite:///{tmp_path / 'results.db'}")
+    try:
+        from tests.test_alerts_service import NOW, seed
+
+        seed(store, NOW - timedelta(hours=3), 40, 10, timedelta(hours=2))
+        alerts = build_alerts(settings, store, registry, None, "app_insights")
+        lag.labels("app_insights").set(60)
+        assert alerts.evaluate(NOW).cannot_judge[("helpfulness", "support")] == set()
+        lag.labels("app_insights").set(3600)
+        detection = alerts.evaluate(NOW)
+        assert detection.cannot_judge[("helpfulness", "support")] == {"source_behind"}
+        assert {v.status for v in detection.verdicts} == {"cannot_judge"}
+    finally:
+        store.close()

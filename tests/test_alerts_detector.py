@@ -198,3 +198,16 @@ def test_lifecycle_pending_firing_renotify_resolved() -> None:
     assert run(good.by_key(), 4900) == ["resolved"] and states[key].state == "resolved"
     assert run(bad.by_key(), 5000) == [] and states[key].state == "pending"
     assert run(good.by_key(), 5100) == [] and states[key].state == "inactive"  # pending never notified
+
+
+@pytest.mark.parametrize(("changed", "text"), [
+    (JudgeConfig("v2", "gpt-4.1", "1"), "rubric version v1 → v2"),
+    (JudgeConfig("v1", "gpt-4.1", "2"), "prompt version 1 → 2"),
+])
+def test_a_rubric_or_prompt_version_change_starts_a_new_baseline(changed: JudgeConfig, text: str) -> None:
+    rng = random.Random(6)
+    old = series(simulate(rng, 100, 0.9, ts=100), simulate(rng, 2000, 0.9, ts=0))
+    new = series(simulate(rng, 100, 0.4, ts=200), Counts(), config=changed)
+    detection = detect([("1h", [old, new])], SETTINGS)
+    assert [a.changes for a in detection.annotations] == [[text]]
+    assert {v.status for v in detection.verdicts} == {"no_verdict"}
