@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from prometheus_client import CollectorRegistry
 
@@ -40,6 +40,9 @@ from monitor.rubrics.schema import Rubric
 from monitor.settings import JudgeSettings, MetricsSettings, Settings, SourceSettings, read_secret
 from monitor.sources.base import TraceSource
 from monitor.store.sql import SqlStore
+
+if TYPE_CHECKING:
+    from monitor.alerts.service import AlertService
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -203,6 +206,7 @@ class Monitor:
     pipeline: Pipeline
     health: HealthState
     store: SqlStore
+    alerts: AlertService | None = None
 
     def run_cycle(self, now: datetime | None = None) -> CycleReport:
         started = utc_now()
@@ -227,7 +231,18 @@ class Monitor:
             report.spans_read, report.spans_new, report.conversations_ready, dict(report.evaluations),
             dict(report.skipped), report.judge_calls, elapsed, "" if report.ok else f", failures: {report.failures}",
         )
+        self._run_alerts()
         return report
+
+    def _run_alerts(self) -> None:
+        """Regression alerts after scoring, isolated: their failure is logged and counted, never a failed cycle."""
+        if self.alerts is None:
+            return
+        try:
+            self.alerts.run_cycle(utc_now())
+        except Exception:
+            log.exception("regression alerts failed this cycle (scoring is not affected)")
+            self.metrics.stage_failures.labels("alerts").inc()
 
     def run_cycles(self) -> None:
         """One cycle, and at once another while the last one stopped before the backlog ran out (spans read
@@ -250,6 +265,8 @@ class Monitor:
         return None
 
     def close(self) -> None:
+        if self.alerts is not None:
+            self.alerts.close(drain_seconds=2.0)  # within the SIGTERM budget of shutdown_grace_seconds
         self.pipeline.close()
         self.pipeline.source.close()
         self.store.close()
@@ -297,10 +314,34 @@ def build_monitor(settings: Settings, registry: CollectorRegistry | None = None)
     health.checks["content"] = pipeline.content_problem
     health.checks["judge calls"] = pipeline.judge_problem
     health.checks["rubrics"] = lambda: "; ".join(f"{k}: {v}" for k, v in rubrics.problems.items()) or None
-    monitor = Monitor(settings, registry, metrics, pipeline, health, store)
+    alerts = build_alerts(settings, store, registry, judge, source.name) if settings.alerts.enabled else None
+    monitor = Monitor(settings, registry, metrics, pipeline, health, store, alerts)
     # The windows and the counters' label sets from the rollups, before the first scrape.
     monitor.refresh_metrics()
     return monitor
+
+
+def build_alerts(settings: Settings, store: SqlStore, registry: CollectorRegistry, judge: Judge | None = None,
+                 source: str | None = None) -> AlertService:
+    """The regression alerts of the daemon (and of ``rubric-monitor regressions``, which passes no judge)."""
+    from monitor.alerts.service import AlertService, check_settings
+
+    alert_settings = settings.alerts
+    notifiers = check_settings(alert_settings, settings.interval_seconds)
+
+    def reasons() -> set[str]:
+        found = set()
+        lag = None if source is None else registry.get_sample_value("rubric_monitor_source_lag_seconds",
+                                                                    {"source": source})
+        if lag is not None and lag > alert_settings.max_source_lag_seconds:
+            found.add("source_behind")
+        if judge is not None and _judge_problem(judge):
+            found.add("judge_unavailable")
+        return found
+
+    host = "localhost" if settings.metrics.host in ("0.0.0.0", "::") else settings.metrics.host
+    return AlertService(alert_settings, store, registry, notifiers, reasons,
+                        generator_url=f"http://{host}:{settings.metrics.port}/metrics")
 
 
 class _Frozen:

@@ -98,9 +98,11 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
+    from monitor.alerts.service import check_settings
     from monitor.app import build_stages
 
     settings = load_settings(args.config)
+    check_settings(settings.alerts, settings.interval_seconds)
     # Every stage is built as ``run`` builds it (no scheduler, no judge call, no model loaded), so ``check``
     # refuses what ``run`` refuses, naming every problem at once.
     stages = build_stages(settings, CollectorRegistry(), load_model=False)
@@ -128,14 +130,17 @@ def _describe_fields(model: type[BaseModel], prefix: str) -> Iterator[tuple[str,
         nested = [a for a in getattr(annotation, "__args__", (annotation,)) if isinstance(a, type)
                   and issubclass(a, BaseModel)]
         if nested and getattr(annotation, "__origin__", None) is not dict:
+            if getattr(annotation, "__origin__", None) is tuple:
+                # A list of sections (notifiers, silences): each item has these fields.
+                key = f"{key}[]"
             for sub in nested:
                 label = f"{key}." if len(nested) == 1 else f"{key}.({sub.model_fields['kind'].default}) "
                 yield from _describe_fields(sub, label if len(nested) == 1 else f"{key}.")
             continue
         default = info.get_default(call_default_factory=True)
-        shown = "" if default is None else json.dumps(default.get_secret_value() if hasattr(
-            default, "get_secret_value") else default, default=str)
-        env = ENV_PREFIX + key.replace(".", "__").upper()
+        shown = "(required)" if info.is_required() else "" if default is None else json.dumps(
+            default.get_secret_value() if hasattr(default, "get_secret_value") else default, default=str)
+        env = "(in the file)" if "[]" in key else ENV_PREFIX + key.replace(".", "__").upper()
         yield key, shown, env, (info.description or "").replace("\n", " ")
 
 
@@ -184,6 +189,9 @@ def build_parser() -> argparse.ArgumentParser:
     from monitor.store.cli import add_db_commands
 
     add_db_commands(sub)
+    from monitor.alerts.cli import add_alert_commands
+
+    add_alert_commands(sub, _config_arg)
     return parser
 
 
