@@ -152,13 +152,25 @@ def _reason(scored: list[DimensionScore], ones: list[DimensionScore], passed: bo
     return f"{head} {detail}" if detail else head
 
 
+ANCHOR_LINE = "  {level}: {text}"
+"""One anchor under its dimension: what a score of ``level`` looks like."""
+
+
 def rubric_prompt(rubric: WeightedRubric) -> str:
-    """The rubric as the judge reads it: one line per dimension, compact so that small models read it fast."""
+    """The rubric as the judge reads it: one line per dimension (and one per anchor), compact so that small
+    models read it fast. Weights are not shown: they matter to the formula, not to a dimension's score, and a
+    judge shown them scores heavy dimensions differently."""
     lines = [f"{rubric.name}: {rubric.description}" if rubric.description else rubric.name]
     for d in rubric.dimensions:
-        always = ", always applicable" if d.always_applicable else ""
-        lines.append(f"- {d.id} (weight {d.weight}{always}): {d.description}")
+        always = " (always applicable)" if d.always_applicable else ""
+        lines.append(f"- {d.id}{always}: {d.description}")
+        lines.extend(ANCHOR_LINE.format(level=level, text=text) for level, text in sorted(d.anchors.items()))
     return "\n".join(lines)
+
+
+def weighted_prompt_texts() -> tuple[str, ...]:
+    """Every fixed text of the weighted prompt (what ``builtin_version`` fingerprints)."""
+    return (WEIGHTED_INSTRUCTIONS, TURN_FOCUS, ANCHOR_LINE, "- {id} (always applicable): {description}")
 
 
 class WeightedEvaluator:

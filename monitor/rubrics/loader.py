@@ -56,13 +56,10 @@ def parse_rubric(data: Any, where: str) -> Rubric:
     if "dimensions" in data and "kind" not in data:
         data = {**data, "kind": "weighted"}
     data = {"name": Path(where).stem, **data}
-    version = data.get("version")
-    if version is None:
-        data = {**data, "version": content_version(data)}
-    elif not isinstance(version, str):
-        data = {**data, "version": str(version)}
+    explicit = data.get("version")
+    data = {**data, "version": content_version(data) if explicit is None else str(explicit)}
     try:
-        return _ADAPTER.validate_python(data)
+        rubric = _ADAPTER.validate_python(data)
     except ValidationError as exc:
         # A bad dimension also empties the list, which pydantic reports as a second, consequential error.
         errors = [e for e in exc.errors() if e["type"] != "too_short" or len(exc.errors()) == 1]
@@ -83,6 +80,20 @@ def parse_rubric(data: Any, where: str) -> Rubric:
                 loc = [field]
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
         raise RubricError(where, ".".join(loc) or None, message + more) from exc
+    return rubric.model_copy(update={"version": versioned(rubric, data, explicit)})
+
+
+def versioned(rubric: Rubric, data: Any, explicit: Any) -> str:
+    """A rubric's version covers the built-in prompt it is judged with (``builtin_version``), so a release
+    that changes that prompt starts new metric series instead of mixing verdicts of two prompts: the content
+    hash of the file and the prompt, or the explicit version with the prompt's version appended
+    (``3+general_quality_3f9a1c2b``)."""
+    from monitor.evaluators.prompts import builtin_version
+
+    prompt = builtin_version(rubric.kind, getattr(rubric, "metric", None))
+    if explicit is None:
+        return content_version({"rubric": data, "prompt": prompt})
+    return f"{explicit}+{prompt}"
 
 
 def load_rubric_file(path: Path) -> Rubric:
