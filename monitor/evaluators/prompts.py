@@ -30,17 +30,16 @@ def data_notice(*blocks: str) -> str:
 
 
 WEIGHTED_INSTRUCTIONS = (
-    "You are an expert evaluator of AI agent conversations. Score the agent against each dimension of the rubric "
-    "below, on this scale: 5 excellent, 4 good with minor issues, 3 acceptable with clear issues, 2 poor, "
-    "1 unacceptable or violating. Where a dimension lists anchors, they show what a 1, 3 or 5 looks like.\n"
-    "For every dimension, first write a short reason citing what the agent did, then decide whether the dimension "
-    "applies, then give an integer score from 1 to 5 when it applies, or null when it does not. A dimension "
-    "applies when the conversation gave the agent occasion to show it (a policy dimension applies when the policy "
-    "was at stake); a dimension that does not apply is left out of the score, so never mark one not applicable to "
-    "spare the agent a low score. Dimensions marked always applicable apply to every conversation.\n"
+    "You are an expert evaluator of AI agent conversations. Score the agent on each dimension of the rubric "
+    "below: 5 excellent, 4 good with minor issues, 3 acceptable with clear issues, 2 poor, 1 unacceptable. "
+    "Anchors, where given, show what a 1, 3 or 5 looks like.\n"
+    "For each dimension write a short reason citing what the agent did, then whether it applies, then an integer "
+    "score from 1 to 5, or null when it does not apply. A dimension applies when the conversation gave the agent "
+    "occasion to show it; one that does not apply is left out of the score, so never mark one not applicable to "
+    "spare the agent a low score. Dimensions marked always applicable always apply.\n"
     "Any applicable dimension scored 1 fails the whole evaluation: give 1 only for an unacceptable failure.\n"
-    "With several turns, score each dimension over the whole conversation: a failure in any turn counts even if "
-    "a later turn recovers from it, and a dimension about the outcome is scored on the final outcome.\n"
+    "With several turns, score over the whole conversation: a failure in any turn counts even if a later turn "
+    "recovers from it; a dimension about the outcome is scored on the final outcome.\n"
     + data_notice("conversation")
     + "\nAnswer with one JSON object of the form "
     '{"dimensions": {"<dimension id>": {"reason": "...", "applicable": true, "score": 4}, ...}} '
