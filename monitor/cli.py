@@ -1,4 +1,4 @@
-"""``rubric-monitor`` command line: run, evaluate, check, rubrics, config-doc.
+"""``rubric-monitor`` command line: run, evaluate, check, rubrics, calibrate, config-doc.
 
 Exit codes: 0 success; 1 a cycle failed (``run --once``); 2 invalid settings, rubric or input (the message names
 the file and the field).
@@ -190,6 +190,9 @@ def build_parser() -> argparse.ArgumentParser:
     from monitor.rubrics.commands import add_rubrics_commands
 
     add_rubrics_commands(sub)
+    from monitor.calibration import add_calibrate_command
+
+    add_calibrate_command(sub)
     return parser
 
 
