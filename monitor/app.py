@@ -14,6 +14,7 @@ from types import FrameType
 
 from prometheus_client import CollectorRegistry
 
+from monitor.canary import CanaryMetrics, CanaryRunner
 from monitor.errors import ConfigError
 from monitor.evaluators.adaptive import AdaptiveEvaluator
 from monitor.evaluators.base import EvaluationContext, Evaluator
@@ -81,6 +82,20 @@ def store_url(settings: Settings) -> str:
     return url or settings.store.url
 
 
+EMBEDDED_JUDGE_WARNING = (
+    "judge.kind local (the embedded SmolLM2-135M) scores production traces from Application Insights: its "
+    "scores are not meaningful; point judge.kind at a capable model"
+)
+
+
+def embedded_judge_warning(settings: Settings) -> str | None:
+    """The embedded judge on production traces is almost certainly a mistake: warned about, not refused (it
+    is how the pipeline is tried out end to end)."""
+    if settings.judge.kind == "local" and settings.source.kind == "app_insights":
+        return EMBEDDED_JUDGE_WARNING
+    return None
+
+
 @dataclass
 class Monitor:
     """Everything a running daemon holds; ``close()`` releases it in reverse order."""
@@ -91,6 +106,7 @@ class Monitor:
     pipeline: Pipeline
     health: HealthState
     store: SqlStore
+    canaries: CanaryRunner | None = None
 
     def run_cycle(self) -> CycleReport:
         started = utc_now()
@@ -99,6 +115,12 @@ class Monitor:
         except Exception as exc:
             log.exception("cycle failed")
             report = CycleReport(started_at=started, finished_at=utc_now(), failures=[f"cycle: {exc!r}"])
+        if self.canaries is not None and not self.pipeline.stop.is_set():
+            try:
+                self.canaries.run_due(utc_now())
+            except Exception:
+                # A canary run measures the judge; its failure must not fail the cycle that scored the agents.
+                log.exception("canary run failed")
         elapsed = ((report.finished_at or utc_now()) - started).total_seconds()
         self.metrics.cycle_duration.observe(elapsed)
         self.metrics.cycles.labels("ok" if report.ok else "failed").inc()
@@ -134,6 +156,9 @@ def build_monitor(settings: Settings, registry: CollectorRegistry | None = None)
     store = SqlStore(url)
     source = build_source(settings.source, metrics)
     judge = build_judge(settings.judge, metrics)
+    embedded_warning = embedded_judge_warning(settings)
+    if embedded_warning:
+        log.warning("%s", embedded_warning)
     registry.register(StoredAggregatesCollector(lambda _: store.window_aggregates(windows, utc_now()),
                                                 [w for w, _ in windows]))
     delay = settings.source.ingestion_delay_seconds if settings.source.kind == "app_insights" else 0.0
@@ -142,11 +167,12 @@ def build_monitor(settings: Settings, registry: CollectorRegistry | None = None)
         from monitor.judge.local import local_judge_settings
 
         judge_settings = local_judge_settings(judge_settings)
+    evaluators = build_evaluators(settings.judge.cache_size, store)
     pipeline = Pipeline(
         source=source,
         store=store,
         rubrics=rubrics if settings.rubrics.reload else _Frozen(rubrics),
-        evaluators=build_evaluators(settings.judge.cache_size, store),
+        evaluators=evaluators,
         context=EvaluationContext(
             judge=ChargingJudge(judge, lambda rubric, tokens, usd: store.add_usage(rubric, utc_now().date(), tokens,
                                                                                     usd)),
@@ -162,7 +188,16 @@ def build_monitor(settings: Settings, registry: CollectorRegistry | None = None)
     health = HealthState(interval=timedelta(seconds=settings.interval_seconds))
     health.checks["judge"] = lambda: _judge_problem(judge)
     health.checks["rubrics"] = lambda: "; ".join(f"{k}: {v}" for k, v in rubrics.problems.items()) or None
-    return Monitor(settings, registry, metrics, pipeline, health, store)
+    health.warning_checks["judge"] = lambda: embedded_warning
+    canaries = CanaryRunner(
+        rubrics.active, rubrics.sources, evaluators, pipeline.context, store, CanaryMetrics(registry),
+        settings.canary,
+        # The pipeline's own budget rule, so canaries and evaluations share one daily budget.
+        lambda rubric: pipeline._budget_spent(rubric, utc_now()),
+        pipeline.loop,
+    )
+    health.warning_checks["judge_drift"] = canaries.warning
+    return Monitor(settings, registry, metrics, pipeline, health, store, canaries)
 
 
 class _Frozen:

@@ -23,7 +23,7 @@ import asyncio
 import json
 import math
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -301,18 +301,21 @@ def format_report(report: dict[str, Any]) -> str:
 # -- judging ------------------------------------------------------------------------------------------------------
 
 async def judge_conversations(conversations: Sequence[Conversation], rubric: Any, evaluator: Evaluator,
-                              context: EvaluationContext, concurrency: int) -> dict[str, EvaluationResult]:
+                              context: EvaluationContext, concurrency: int,
+                              keep_going: Callable[[], bool] = lambda: True) -> dict[str, EvaluationResult]:
     """One conversation-level verdict per conversation, ``concurrency`` at a time (the judge's own limiter
-    still applies). A ``JudgeError`` propagates: a calibration on a judge that cannot be reached means
-    nothing."""
+    still applies); once ``keep_going()`` is False (a spent budget) no new evaluation starts and the rest are
+    left out. A ``JudgeError`` propagates: agreement measured on a judge that cannot be reached means nothing."""
     gate = asyncio.Semaphore(max(1, concurrency))
 
-    async def one(conversation: Conversation) -> tuple[str, EvaluationResult]:
+    async def one(conversation: Conversation) -> tuple[str, EvaluationResult] | None:
         async with gate:
+            if not keep_going():
+                return None
             results = await evaluator.evaluate(conversation, rubric, context)
         return conversation.id, results[-1]
 
-    return dict(await asyncio.gather(*(one(c) for c in conversations)))
+    return dict(r for r in await asyncio.gather(*(one(c) for c in conversations)) if r is not None)
 
 
 def _cmd_calibrate(args: argparse.Namespace) -> int:

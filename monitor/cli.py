@@ -109,7 +109,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    from monitor.app import parse_window
+    from monitor.app import embedded_judge_warning, parse_window
     from monitor.rubrics.registry import RubricRegistry
 
     settings = load_settings(args.config)
@@ -119,6 +119,8 @@ def _cmd_check(args: argparse.Namespace) -> int:
     registry.load()
     for rubric in registry.active():
         print(f"rubric {rubric.name} version {rubric.version} ({rubric.kind}) for agents {', '.join(rubric.agents)}")
+    if warning := embedded_judge_warning(settings):
+        print(f"warning: {warning}")
     if args.explain:
         if settings.source.kind != "app_insights":
             print(f"source otlp_file reads {settings.source.path} (no query to explain)")

@@ -231,6 +231,15 @@ class RubricSettings(_Section):
     version active and is reported."""
 
 
+class CanarySettings(_Section):
+    interval_seconds: float = Field(default=86400.0, ge=60.0)
+    """Rubrics that name a canary set re-score it this often (default daily), within the rubric's daily budget."""
+    min_agreement: float = Field(default=0.8, ge=0.0, le=1.0)
+    """Judge drift when the pass/fail agreement with the canaries' agreed verdicts falls below this."""
+    max_score_shift: float = Field(default=0.15, gt=0.0, le=1.0)
+    """...or when the judge's mean score moves further than this from the agreed scores (either way)."""
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix=ENV_PREFIX,
@@ -251,6 +260,7 @@ class Settings(BaseSettings):
     judge: JudgeSettings = JudgeSettings()
     store: StoreSettings = StoreSettings()
     metrics: MetricsSettings = MetricsSettings()
+    canary: CanarySettings = CanarySettings()
 
     @model_validator(mode="after")
     def _check_judge(self) -> Settings:
