@@ -164,7 +164,7 @@ def rubric_prompt(rubric: WeightedRubric) -> str:
     for d in rubric.dimensions:
         always = " (always applicable)" if d.always_applicable else ""
         lines.append(f"- {d.id}{always}: {d.description}")
-        lines.extend(ANCHOR_LINE.format(level=level, text=text) for level, text in sorted(d.anchors.items()))
+        lines.extend(ANCHOR_LINE.format(level=level, text=text) for level, text in sorted((d.anchors or {}).items()))
     return "\n".join(lines)
 
 
