@@ -52,7 +52,7 @@ from monitor.rubrics.kinds import AdaptiveRubric
 IMPORTANCE = ("high", "medium", "low")
 MAX_WAITS = 3
 """How often an evaluation waits for another one's generation of the same items before generating itself."""
-CONTEXT_CHARS = 1500
+CONTEXT_CHARS = 600
 """Metrics that do not read the agent's setup in full still see this much of its instructions, and of the agent
 message a request answers: enough to tell what the request is about, without doubling the prompt."""
 
