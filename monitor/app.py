@@ -195,6 +195,7 @@ def build_monitor(settings: Settings, registry: CollectorRegistry | None = None)
         # The pipeline's own budget rule, so canaries and evaluations share one daily budget.
         lambda rubric: pipeline._budget_spent(rubric, utc_now()),
         pipeline.loop,
+        pipeline.stop,
     )
     health.warning_checks["judge_drift"] = canaries.warning
     return Monitor(settings, registry, metrics, pipeline, health, store, canaries)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -82,6 +83,7 @@ class CanaryRunner:
         settings: CanarySettings,
         budget_spent: Callable[[Rubric], bool],
         loop: asyncio.AbstractEventLoop,
+        stop: threading.Event | None = None,
     ) -> None:
         self._rubrics = rubrics
         self._sources = sources
@@ -92,6 +94,8 @@ class CanaryRunner:
         self._settings = settings
         self._budget_spent = budget_spent
         self._loop = loop
+        self._stop = stop or threading.Event()
+        """Set on SIGTERM: a run starts no new evaluation, and a run cut short is not recorded."""
         self.problems: dict[str, str] = {}
         """Rubric name → why its canary set could not be run (missing file, bad labels)."""
         for run in store.last_canary_runs().values():
@@ -143,10 +147,12 @@ class CanaryRunner:
         try:
             results = self._loop.run_until_complete(judge_conversations(
                 conversations, rubric, evaluator, self._context, self._context.settings.concurrency,
-                keep_going=lambda: not self._budget_spent(rubric)))
+                keep_going=lambda: not self._stop.is_set() and not self._budget_spent(rubric)))
         except JudgeError as exc:
             # Not a verdict on the judge's drift: tried again after the next cycle.
             log.warning("canary set of rubric %s not scored: the judge failed: %s", rubric.name, exc)
+            return None
+        if self._stop.is_set():
             return None
         report = agreement(labels, results)
         overall = report["overall"]
