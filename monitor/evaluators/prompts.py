@@ -13,9 +13,9 @@ import hashlib
 from collections.abc import Iterable
 
 PROMPT_VERSION = "2"
-"""Bumped whenever built-in prompt text changes (exported as ``rubric_monitor_judge_info{prompt_version}``).
-Rubric versions do not depend on this number being bumped: they derive from the prompt text itself
-(``builtin_version``)."""
+"""Published as ``rubric_monitor_judge_info{prompt_version}``: bump it whenever a prompt's text changes, so a shift
+in scores can be told apart from a change of the question. Rubric versions do not depend on it being bumped: they
+derive from the prompt text itself (``builtin_version``)."""
 
 
 def data_notice(*blocks: str) -> str:
