@@ -14,7 +14,7 @@ from types import FrameType
 
 from prometheus_client import CollectorRegistry
 
-from monitor.canary import CanaryMetrics, CanaryRunner
+from monitor.canary import CanaryRunner
 from monitor.errors import ConfigError
 from monitor.evaluators.adaptive import AdaptiveEvaluator
 from monitor.evaluators.base import EvaluationContext, Evaluator
@@ -195,7 +195,7 @@ def build_monitor(settings: Settings, registry: CollectorRegistry | None = None)
     health.checks["rubrics"] = lambda: "; ".join(f"{k}: {v}" for k, v in rubrics.problems.items()) or None
     health.warning_checks["judge"] = lambda: embedded_warning
     canaries = CanaryRunner(
-        rubrics.active, rubrics.sources, evaluators, pipeline.context, store, CanaryMetrics(registry),
+        rubrics.active, rubrics.sources, evaluators, pipeline.context, store, metrics.judge_trust,
         settings.canary,
         # The pipeline's own budget rule, so canaries and evaluations share one daily budget.
         lambda rubric: pipeline._budget_spent(rubric, utc_now()),

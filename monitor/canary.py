@@ -24,11 +24,10 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from prometheus_client import CollectorRegistry, Gauge
-
 from monitor.calibration import agreement, judge_conversations, read_labels
 from monitor.errors import ConfigError, JudgeError
 from monitor.evaluators.base import EvaluationContext, Evaluator
+from monitor.metrics import JudgeTrustMetrics
 from monitor.rubrics.schema import Rubric
 from monitor.settings import CanarySettings
 from monitor.store.base import CanaryRun, ResultStore
@@ -36,34 +35,25 @@ from monitor.store.base import CanaryRun, ResultStore
 log = logging.getLogger(__name__)
 
 
-class CanaryMetrics:
-    """The judge-trust gauges (kept apart from ``MonitorMetrics``, which another part of the code owns)."""
+class CanaryPublisher:
+    """Sets the judge-trust gauges (``JudgeTrustMetrics``) from canary runs: one series per rubric, labelled
+    with the judge model of its last run."""
 
-    def __init__(self, registry: CollectorRegistry) -> None:
-        self.agreement = Gauge(
-            "rubric_monitor_canary_agreement",
-            "Share of a rubric's canary conversations whose pass/fail matches the agreed verdict (last run).",
-            ["rubric", "judge_model"], registry=registry)
-        self.score_shift = Gauge(
-            "rubric_monitor_canary_score_shift",
-            "Mean judge score minus agreed score on a rubric's canary set (last run); negative: harsher.",
-            ["rubric", "judge_model"], registry=registry)
-        self.drift = Gauge(
-            "rubric_monitor_judge_drift",
-            "1 while the last canary run of a rubric found the judge drifting from the agreed verdicts.",
-            ["rubric"], registry=registry)
+    def __init__(self, metrics: JudgeTrustMetrics) -> None:
+        self._metrics = metrics
         self._models: dict[str, str] = {}
 
     def publish(self, run: CanaryRun) -> None:
+        m = self._metrics
         previous = self._models.get(run.rubric)
         if previous is not None and previous != run.judge_model:
-            # A new judge model replaces the old series: one agreement per rubric, never two stale ones.
-            self.agreement.remove(run.rubric, previous)
-            self.score_shift.remove(run.rubric, previous)
+            # A new judge model replaces the old series: one agreement per rubric, never a stale second one.
+            m.canary_agreement.remove(run.rubric, previous)
+            m.canary_score_shift.remove(run.rubric, previous)
         self._models[run.rubric] = run.judge_model
-        self.agreement.labels(run.rubric, run.judge_model).set(run.agreement)
-        self.score_shift.labels(run.rubric, run.judge_model).set(run.score_shift)
-        self.drift.labels(run.rubric).set(1 if run.drift else 0)
+        m.canary_agreement.labels(run.rubric, run.judge_model).set(run.agreement)
+        m.canary_score_shift.labels(run.rubric, run.judge_model).set(run.score_shift)
+        m.judge_drift.labels(run.rubric).set(1 if run.drift else 0)
 
 
 def drifting_rubrics(store: ResultStore) -> set[str]:
@@ -79,7 +69,7 @@ class CanaryRunner:
         evaluators: dict[str, Evaluator],
         context: EvaluationContext,
         store: ResultStore,
-        metrics: CanaryMetrics,
+        metrics: JudgeTrustMetrics,
         settings: CanarySettings,
         budget_spent: Callable[[Rubric], bool],
         loop: asyncio.AbstractEventLoop,
@@ -90,7 +80,7 @@ class CanaryRunner:
         self._evaluators = evaluators
         self._context = context
         self._store = store
-        self._metrics = metrics
+        self._metrics = CanaryPublisher(metrics)
         self._settings = settings
         self._budget_spent = budget_spent
         self._loop = loop
@@ -99,7 +89,7 @@ class CanaryRunner:
         self.problems: dict[str, str] = {}
         """Rubric name → why its canary set could not be run (missing file, bad labels)."""
         for run in store.last_canary_runs().values():
-            metrics.publish(run)
+            self._metrics.publish(run)
 
     def warning(self) -> str | None:
         """The ``/healthz`` warning: drifting rubrics and canary sets that cannot be read."""
