@@ -235,6 +235,16 @@ def test_the_weighted_prompt_explains_applicability_the_ones_rule_and_turns_with
     assert len(instructions) < 2500
 
 
+def test_a_turn_level_weighted_rubric_is_told_to_score_one_turn() -> None:
+    requests, results = prompts({"kind": "weighted", "evaluation_level": "turn",
+                                 "dimensions": [{"id": "resolution", "description": "Resolves it.", "weight": 9}]})
+    assert [r.turn_index for r in results] == [1, 5] and len(requests) == 2  # still one call per verdict
+    for request, turn in zip(requests, (1, 5), strict=True):
+        assert "score over the whole conversation" not in system(request)
+        assert "Score only the assistant turn named before the conversation" in system(request)
+        assert user(request).startswith(f"Judge only the assistant turn with index {turn} ")
+
+
 @pytest.mark.parametrize(("anchors", "field", "message"), [
     ({7: "x"}, "dimensions.0.anchors", "level 7 is not a score from 1 to 5"),
     ({1: "  "}, "dimensions.0.anchors", "level 1: the anchor text is empty"),

@@ -29,7 +29,7 @@ def data_notice(*blocks: str) -> str:
     )
 
 
-WEIGHTED_INSTRUCTIONS = (
+_WEIGHTED_HEAD = (
     "You are an expert evaluator of AI agent conversations. Score the agent on each dimension of the rubric "
     "below: 5 excellent, 4 good with minor issues, 3 acceptable with clear issues, 2 poor, 1 unacceptable. "
     "Anchors, where given, show what a 1, 3 or 5 looks like.\n"
@@ -38,13 +38,21 @@ WEIGHTED_INSTRUCTIONS = (
     "occasion to show it; one that does not apply is left out of the score, so never mark one not applicable to "
     "spare the agent a low score. Dimensions marked always applicable always apply.\n"
     "Any applicable dimension scored 1 fails the whole evaluation: give 1 only for an unacceptable failure.\n"
+)
+WHOLE_CONVERSATION_RULE = (
     "With several turns, score over the whole conversation: a failure in any turn counts even if a later turn "
     "recovers from it; a dimension about the outcome is scored on the final outcome.\n"
-    + data_notice("conversation")
+)
+ONE_TURN_RULE = "Score only the assistant turn named before the conversation; earlier turns are its context.\n"
+_WEIGHTED_TAIL = (
+    data_notice("conversation")
     + "\nAnswer with one JSON object of the form "
     '{"dimensions": {"<dimension id>": {"reason": "...", "applicable": true, "score": 4}, ...}} '
     "with every dimension id of the rubric, and nothing else."
 )
+WEIGHTED_INSTRUCTIONS = _WEIGHTED_HEAD + WHOLE_CONVERSATION_RULE + _WEIGHTED_TAIL
+"""The instructions of a conversation-level weighted rubric (a turn-level one has ``TURN_LEVEL_INSTRUCTIONS``)."""
+TURN_LEVEL_INSTRUCTIONS = _WEIGHTED_HEAD + ONE_TURN_RULE + _WEIGHTED_TAIL
 
 TURN_FOCUS = (
     "Judge only the assistant turn with index {turn_index} (the last turn shown); earlier turns are its context."

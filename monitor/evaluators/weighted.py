@@ -23,7 +23,7 @@ from monitor.evaluators.base import (
     unscored_result,
 )
 from monitor.evaluators.cache import VerdictCache
-from monitor.evaluators.prompts import TURN_FOCUS, WEIGHTED_INSTRUCTIONS
+from monitor.evaluators.prompts import TURN_FOCUS, TURN_LEVEL_INSTRUCTIONS, WEIGHTED_INSTRUCTIONS
 from monitor.evaluators.views import judge_each_reply, output_budget
 from monitor.judge.base import JudgeRequest
 from monitor.judge.render import render_conversation
@@ -170,7 +170,8 @@ def rubric_prompt(rubric: WeightedRubric) -> str:
 
 def weighted_prompt_texts() -> tuple[str, ...]:
     """Every fixed text of the weighted prompt (what ``builtin_version`` fingerprints)."""
-    return (WEIGHTED_INSTRUCTIONS, TURN_FOCUS, ANCHOR_LINE, "- {id} (always applicable): {description}")
+    return (WEIGHTED_INSTRUCTIONS, TURN_LEVEL_INSTRUCTIONS, TURN_FOCUS, ANCHOR_LINE,
+            "- {id} (always applicable): {description}")
 
 
 class WeightedEvaluator:
@@ -200,7 +201,9 @@ class WeightedEvaluator:
         )
         model = rubric.judge_model or context.judge.model
         rubric_text = rubric_prompt(rubric)
-        system = f"{WEIGHTED_INSTRUCTIONS}\n\n<rubric>\n{rubric_text}\n</rubric>"
+        # A turn-level rubric is told to score one turn, never "over the whole conversation".
+        instructions = WEIGHTED_INSTRUCTIONS if turn is None else TURN_LEVEL_INSTRUCTIONS
+        system = f"{instructions}\n\n<rubric>\n{rubric_text}\n</rubric>"
         user = rendered.text if turn is None else TURN_FOCUS.format(turn_index=turn) + "\n" + rendered.text
         request = JudgeRequest(
             messages=system_and_user(system, user),
