@@ -4,7 +4,8 @@
 conversation with the rubric and the configured judge, then reports, overall and per dimension:
 
 - pass/fail: accuracy, Cohen's κ, the 2×2 confusion matrix (rows: people, columns: judge);
-- the overall score (0 to 1) against the labelled score (or 1/0 for pass/fail): Spearman's ρ;
+- the overall score (0 to 1) against the labelled score (or 1/0 for pass/fail): Spearman's ρ, and the mean
+  score shift (judge - labelled; without labelled scores, the difference of the pass rates);
 - the pass threshold on the judge's score that best separates labelled passes from fails (highest balanced
   accuracy, ties to the lowest threshold), with its precision and recall for "pass";
 - per dimension (weighted rubrics, labels with ``dimensions``): exact accuracy, Cohen's κ, quadratically
@@ -23,7 +24,7 @@ import asyncio
 import json
 import math
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,7 +49,7 @@ class Label:
 
     @property
     def agreed_score(self) -> float:
-        """The labelled score, or 1/0 for a pass/fail label."""
+        """The labelled score, or 1/0 for a pass/fail label (for rank correlation)."""
         return self.score if self.score is not None else (1.0 if self.passed else 0.0)
 
 
@@ -262,10 +263,16 @@ def agreement(labels: dict[str, Label], results: dict[str, EvaluationResult]) ->
     return report
 
 
-def score_shift(scored: Iterable[tuple[Label, EvaluationResult]]) -> float | None:
-    """Mean of (judge score - agreed score): how far the judge sits above (positive) or below people."""
-    shifts = [(result.score or 0.0) - label.agreed_score for label, result in scored]
-    return sum(shifts) / len(shifts) if shifts else None
+def score_shift(scored: Sequence[tuple[Label, EvaluationResult]]) -> float | None:
+    """How far the judge sits above (positive) or below people: the mean of (judge score - labelled score) over
+    the labels that carry a score; without any, the judge's pass rate minus the labelled pass rate (a 0.9 is
+    not a shift from a bare "pass")."""
+    with_score = [(label.score, result.score or 0.0) for label, result in scored if label.score is not None]
+    if with_score:
+        return sum(judged - agreed for agreed, judged in with_score) / len(with_score)
+    if not scored:
+        return None
+    return sum(float(result.passed) - float(label.passed) for label, result in scored) / len(scored)
 
 
 def _fmt(value: Any) -> str:

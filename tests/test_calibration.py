@@ -19,6 +19,7 @@ import pytest
 from monitor.calibration import agreement, best_threshold, cohen_kappa, confusion, read_labels, spearman
 from monitor.cli import main
 from monitor.errors import ConfigError
+from monitor.models import EvaluationResult
 from tests.conftest import TAU_BENCH
 from tests.fakes.openai_server import Recorded, Reply, ScriptedOpenAIServer, completion
 from tests.helpers import judge_config, requested_dimensions, write_config
@@ -219,9 +220,22 @@ def test_the_text_report_shows_the_confusion_matrix_and_threshold(
     assert "best pass threshold:" in out and "Cohen's kappa" in out
 
 
-def test_agreement_leaves_out_unscored_and_missing_conversations() -> None:
-    labels = read_labels_from([{"id": "a", "passed": True}, {"id": "b", "passed": False}, {"id": "c", "passed": True}])
-    assert agreement(labels, {})["not_found"] == ["a", "b", "c"]
+def result(conversation_id: str, outcome: str, score: float | None) -> EvaluationResult:
+    return EvaluationResult(conversation_id=conversation_id, agent="a", rubric="r", rubric_version="1",
+                            rubric_kind="adaptive", judge_model="m", outcome=outcome, score=score)  # type: ignore[arg-type]
+
+
+def test_agreement_leaves_out_unscored_and_missing_conversations_and_shifts_by_what_is_labelled() -> None:
+    labels = read_labels_from([{"id": "a", "passed": True}, {"id": "b", "passed": False}, {"id": "c", "passed": True},
+                               {"id": "d", "passed": True}])
+    results = {"a": result("a", "pass", 0.9), "b": result("b", "pass", 0.6), "c": result("c", "unscored", None)}
+    report = agreement(labels, results)
+    assert (report["judged"], report["unscored"], report["not_found"]) == (2, ["c"], ["d"])
+    assert report["overall"]["confusion"]["matrix"] == [[1, 0], [1, 0]]
+    # Pass/fail labels only: the shift is the difference of the pass rates (1.0 - 0.5), not 0.9 - 1.0.
+    assert report["overall"]["mean_score_shift"] == 0.5
+    scored = read_labels_from([{"id": "a", "passed": True, "score": 0.8}, {"id": "b", "passed": False, "score": 0.2}])
+    assert agreement(scored, results)["overall"]["mean_score_shift"] == pytest.approx(((0.9 - 0.8) + (0.6 - 0.2)) / 2)
 
 
 def read_labels_from(rows: list[dict[str, Any]]) -> dict[str, Any]:
