@@ -6,11 +6,10 @@ Only this module chooses implementations; every stage elsewhere sees protocols.
 from __future__ import annotations
 
 import logging
-import signal
+import os
 import threading
 from dataclasses import dataclass
-from datetime import timedelta
-from types import FrameType
+from datetime import datetime, timedelta
 
 from prometheus_client import CollectorRegistry
 
@@ -37,6 +36,10 @@ from monitor.sources.base import TraceSource
 from monitor.store.sql import SqlStore
 
 log = logging.getLogger(__name__)
+
+SHUTDOWN_MARGIN_SECONDS = 5.0
+"""Beyond ``shutdown_grace_seconds``: time to record what finished and close the store."""
+
 
 def build_source(settings: SourceSettings, metrics: MonitorMetrics) -> TraceSource:
     if settings.kind == "otlp_file":
@@ -99,10 +102,10 @@ class Monitor:
     store: SqlStore
     canaries: CanaryRunner | None = None
 
-    def run_cycle(self) -> CycleReport:
+    def run_cycle(self, now: datetime | None = None) -> CycleReport:
         started = utc_now()
         try:
-            report = self.pipeline.run_cycle(started)
+            report = self.pipeline.run_cycle(now or started)
         except Exception as exc:
             log.exception("cycle failed")
             report = CycleReport(started_at=started, finished_at=utc_now(), failures=[f"cycle: {exc!r}"])
@@ -129,6 +132,14 @@ class Monitor:
             dict(report.skipped), report.judge_calls, elapsed, "" if report.ok else f", failures: {report.failures}",
         )
         return report
+
+    def run_cycles(self) -> None:
+        """One cycle, and at once another while the last one stopped before the backlog ran out (spans read
+        per cycle, evaluations per cycle): a backlog drains at the judge's pace, not one cap per interval."""
+        while True:
+            report = self.run_cycle()
+            if not report.behind or not report.ok or self.pipeline.stop.is_set():
+                return
 
     def refresh_metrics(self) -> str | None:
         """End of a cycle: the windowed gauges from the rollups, then every quality family rendered once for the
@@ -189,9 +200,13 @@ def build_monitor(settings: Settings, registry: CollectorRegistry | None = None)
         sampling_settings=settings.sampling,
         judge_settings=judge_settings,
         completeness_delay=timedelta(seconds=delay),
+        max_spans_per_cycle=settings.max_spans_per_cycle,
+        shutdown_grace_seconds=settings.shutdown_grace_seconds,
     )
     health = HealthState(interval=timedelta(seconds=settings.interval_seconds))
     health.checks["judge"] = lambda: _judge_problem(judge)
+    health.checks["content"] = pipeline.content_problem
+    health.checks["judge calls"] = pipeline.judge_problem
     health.checks["rubrics"] = lambda: "; ".join(f"{k}: {v}" for k, v in rubrics.problems.items()) or None
     health.warning_checks["judge"] = lambda: embedded_warning
     canaries = CanaryRunner(
@@ -236,8 +251,20 @@ def _store_problem(store: SqlStore) -> str | None:
 
 
 def run_daemon(settings: Settings, once: bool = False) -> int:
-    """Run until SIGTERM/SIGINT (exit 0), or one cycle with ``once`` (exit 1 if the cycle failed)."""
+    """Run until SIGTERM/SIGINT (exit 0), or one cycle with ``once`` (exit 1 if the cycle failed).
+
+    A signal at any point exits 0: during start-up before the first cycle; later the cycle in flight starts no
+    new evaluation, and judge calls still in flight after ``shutdown_grace_seconds`` are abandoned (their
+    evaluations stay pending)."""
+    from monitor import shutdown
+
+    shutdown.install()
     monitor = build_monitor(settings)
+    monitor.pipeline.stop = shutdown.STOP
+    if shutdown.STOP.is_set():
+        log.info("stop requested during start-up: exiting before the first cycle")
+        monitor.close()
+        return 0
     server = MonitorHTTPServer(settings.metrics.host, settings.metrics.port,
                                Exposition(monitor.registry, monitor.metrics.quality), monitor.health,
                                lambda: _store_problem(monitor.store))
@@ -247,31 +274,34 @@ def run_daemon(settings: Settings, once: bool = False) -> int:
     try:
         if once:
             return 0 if monitor.run_cycle().ok else 1
-        return _serve(monitor, settings.interval_seconds)
+        return _serve(monitor, settings.interval_seconds, settings.shutdown_grace_seconds)
     finally:
         server.close()
         monitor.close()
 
 
-def _serve(monitor: Monitor, interval: float) -> int:
+def _serve(monitor: Monitor, interval: float, grace: float) -> int:
     from apscheduler.schedulers.background import BackgroundScheduler
 
-    stopping = threading.Event()
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        log.info("signal %d: finishing the evaluations in flight, then exiting", signum)
-        monitor.pipeline.stop.set()
-        stopping.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    stopping = monitor.pipeline.stop
     scheduler = BackgroundScheduler(timezone="UTC")
     scheduler.add_job(
-        monitor.run_cycle, "interval", seconds=interval, id="cycle", next_run_time=utc_now(),
+        monitor.run_cycles, "interval", seconds=interval, id="cycle", next_run_time=utc_now(),
         max_instances=1, coalesce=True, misfire_grace_time=max(1, int(interval)),
     )
     scheduler.start()
     while not stopping.wait(1.0):
         pass
-    scheduler.shutdown(wait=True)  # waits for the cycle in flight, which stops taking new evaluations
+    log.info("stop requested: finishing the evaluations in flight (at most %gs), then exiting", grace)
+    # The cycle in flight starts no new evaluation and abandons its judge calls after the grace period; a
+    # source query cannot be cancelled that way, so past the grace period (and a margin to record what
+    # finished) the process exits without it.
+    finisher = threading.Thread(target=scheduler.shutdown, kwargs={"wait": True}, name="shutdown", daemon=True)
+    finisher.start()
+    finisher.join(grace + SHUTDOWN_MARGIN_SECONDS)
+    if finisher.is_alive():
+        log.warning("the cycle in flight did not end within %gs of the stop request; exiting without it (its "
+                    "work is read or judged again on the next start)", grace + SHUTDOWN_MARGIN_SECONDS)
+        logging.shutdown()
+        os._exit(0)
     return 0

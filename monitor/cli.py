@@ -65,9 +65,17 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     judge = build_judge(settings.judge, MonitorMetrics(CollectorRegistry()))
     context = EvaluationContext(judge=judge, settings=settings.judge, store_content=settings.store.store_content)
 
+    skipped: list[str] = []
+
     async def evaluate_all() -> None:
         try:
             for conversation in conversations:
+                if not conversation.has_content:
+                    # Nothing to judge: a verdict on an empty transcript would be made up.
+                    skipped.append(conversation.id)
+                    print(f"rubric-monitor: conversation {conversation.id!r} of {args.input} skipped: no_content "
+                          "(no message carries text)", file=sys.stderr)
+                    continue
                 for result in await evaluator.evaluate(conversation, rubric, context):
                     output = result.foundry_output()
                     if result.turn_index is not None:
@@ -81,6 +89,8 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     except JudgeError as exc:
         print(f"rubric-monitor: the judge failed: {exc}", file=sys.stderr)
         return 1
+    if skipped:
+        print(f"rubric-monitor: {len(skipped)} conversation(s) skipped: no_content", file=sys.stderr)
     return 0
 
 
@@ -172,11 +182,18 @@ def build_parser() -> argparse.ArgumentParser:
     from monitor.calibration import add_calibrate_command
 
     add_calibrate_command(sub)
+    from monitor.store.cli import add_db_commands
+
+    add_db_commands(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.handler is not _cmd_run:
+        from monitor import shutdown
+
+        shutdown.release()  # only the daemon treats SIGTERM as a stop request
     try:
         result: Any = args.handler(args)
         return int(result)

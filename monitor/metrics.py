@@ -84,7 +84,8 @@ class MonitorMetrics:
         # ②③ funnel
         self.conversations = Counter(
             "rubric_monitor_conversations",
-            "Conversation funnel: assembled, unreadable, sampled, skipped, already_scored, evaluated.",
+            "Conversation funnel: assembled, unreadable, no_content, future_dated, sampled, skipped, already_scored, "
+            "evaluated.",
             ["stage"],
             registry=registry,
         )
@@ -204,8 +205,8 @@ class MonitorMetrics:
         self.build_info.labels(__version__).set(1)
         for result in ("ok", "failed"):
             self.cycles.labels(result)
-        # judge trust (drift canaries, ``monitor.canary``): its own block
-        self.judge_trust = JudgeTrustMetrics(registry)
+        self.backlog = BacklogMetrics(registry)  # helper numbers' block (issue 8, item 11)
+        self.judge_trust = JudgeTrustMetrics(registry)  # helper judge's block: drift canaries (monitor.canary)
 
     def judge_configured(self, kind: str, model: str) -> None:
         """Publish ``judge_info`` and pre-create the judge's counters at zero, so ratios work from the start."""
@@ -274,3 +275,26 @@ def metrics_table(metrics: MonitorMetrics) -> str:
     return "\n".join(rows)
 
 
+class BacklogMetrics:
+    """Whether the daemon keeps up (set at the end of each cycle): conversations ready and waiting for the judge,
+    the age of the oldest, and conversations dated in the future (which wait until their time comes)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.conversations = Gauge(
+            "rubric_monitor_backlog_conversations",
+            "Conversations ready to be scored and not scored yet (idle long enough, or old enough).",
+            ["source"],
+            registry=registry,
+        )
+        self.oldest_age = Gauge(
+            "rubric_monitor_backlog_oldest_age_seconds",
+            "Age (since its first span) of the oldest conversation waiting to be scored; 0 when none waits.",
+            ["source"],
+            registry=registry,
+        )
+        self.future = Gauge(
+            "rubric_monitor_backlog_future_conversations",
+            "Unscored conversations with spans dated in the future: they wait until then (check the clocks).",
+            ["source"],
+            registry=registry,
+        )

@@ -140,6 +140,12 @@ class Conversation(_Frozen):
         """The metric label: ``gen_ai.agent.name``, else the agent id, else ``unknown``."""
         return self.agent_name or self.agent_id or "unknown"
 
+    @property
+    def has_content(self) -> bool:
+        """Whether any message carries text. With message content capture off (the default of the OTel GenAI
+        and Azure instrumentations) traces hold only a conversation's shape: nothing a judge could score."""
+        return any(m.text.strip() for m in self.messages)
+
 
 class DimensionScore(_Frozen):
     id: str

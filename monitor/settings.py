@@ -290,6 +290,12 @@ class Settings(_Section):
 
     interval_seconds: float = Field(default=60.0, gt=0, le=MAX_SECONDS)
     """One cycle (pull, assemble, sample, judge, store) this often; never two at once, missed runs coalesced."""
+    max_spans_per_cycle: int = Field(default=50_000, ge=1)
+    """A cycle stops reading its source after this many spans (whole batches) and judges what is ready; a cycle
+    that stopped short, or that filled ``sampling.max_per_cycle``, is followed at once by the next one."""
+    shutdown_grace_seconds: float = Field(default=20.0, ge=0, le=3600)
+    """On SIGTERM, judge calls in flight get this long to finish and be recorded; then they are abandoned and
+    their evaluations stay pending for the next start (keep it under Kubernetes' 30 s grace period)."""
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     """Log level of the daemon (logs go to stderr)."""
     source: SourceSettings = OtlpFileSourceSettings()

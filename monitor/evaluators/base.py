@@ -115,8 +115,9 @@ async def ask_judge(
             # conversation, unlike a transport failure, and asking again would get the same.
             usage.add(request, getattr(exc, "reply", None))
             return Asked(None, f"refused: {exc}")
-        except JudgeError:
+        except JudgeError as exc:
             usage.add(request, None)
+            exc.calls, exc.prompt = usage.calls, usage.prompts[-1]
             raise
         usage.add(request, reply)
         try:
@@ -187,6 +188,8 @@ class EvaluationContext:
     judge: Judge
     settings: JudgeSettings
     store_content: bool = True
+    done_turns: frozenset[int] = frozenset()
+    """Turns of a turn-level evaluation already recorded (a crash cut it short): they are not judged again."""
 
 
 class Evaluator(Protocol):

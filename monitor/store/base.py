@@ -61,6 +61,20 @@ class PendingConversation:
 
 
 @dataclass(frozen=True)
+class FailedAttempt:
+    at: datetime
+    error: str
+    calls: int
+
+
+@dataclass(frozen=True)
+class Backlog:
+    ready: int
+    oldest: datetime | None
+    future: int
+
+
+@dataclass(frozen=True)
 class CanaryRun:
     """One re-scoring of a rubric's canary set: agreement with the agreed verdicts and the mean score shift."""
 
@@ -86,21 +100,38 @@ class ResultStore(Protocol):
         ...
 
     def ready_conversations(self, idle_before: datetime, started_before: datetime,
-                            limit: int | None = None) -> list[PendingConversation]:
+                            limit: int | None = None,
+                            after: tuple[datetime, str] | None = None) -> list[PendingConversation]:
         """Unscored conversations whose last span is older than ``idle_before`` or whose first span is older than
-        ``started_before``, oldest first, at most ``limit``."""
+        ``started_before``, oldest first (by first span, then key), at most ``limit``, from just after the
+        (first span, key) ``after``."""
+        ...
+
+    def backlog(self, idle_before: datetime, started_before: datetime, future_after: datetime) -> Backlog:
+        """How many conversations are ready and unscored (as ``ready_conversations`` tells) and the first span
+        of the oldest; how many unscored ones start after ``future_after``."""
         ...
 
     def spans_of(self, key: str) -> list[SpanRecord]: ...
 
     def has_result(self, conversation_id: str, rubric: str, rubric_version: str, revision: int) -> bool: ...
 
+    def recorded_turns(self, conversation_id: str, rubric: str, rubric_version: str, revision: int) -> set[int]:
+        """Turn keys of the results recorded for this evaluation (-1 for a whole-conversation verdict): a
+        turn-level evaluation cut short by a crash is finished from here, each turn recorded once."""
+        ...
+
     def record(self, result: EvaluationResult) -> bool:
         """Insert a result; False (and nothing written) when the same verdict is already stored."""
         ...
 
-    def record_failure(self, key: str, rubric: str, revision: int) -> int:
-        """Count a failed attempt to judge (the judge was unreachable); returns the attempts so far."""
+    def record_failure(self, key: str, rubric: str, revision: int, error: str = "", calls: int = 0) -> int:
+        """Count a failed attempt to judge (the judge was unreachable), with its error and the judge calls it
+        made; returns the attempts so far."""
+        ...
+
+    def failed_attempts(self, key: str, rubric: str, revision: int) -> list[FailedAttempt]:
+        """The failed attempts recorded for an evaluation, oldest first (its audit trail once given up)."""
         ...
 
     def mark_scored(self, key: str, revision: int) -> None: ...

@@ -15,6 +15,7 @@ from typing import Any
 from sqlalchemy import (
     Boolean,
     Column,
+    ColumnElement,
     Connection,
     Float,
     Integer,
@@ -42,7 +43,9 @@ from monitor.errors import StoreError
 from monitor.models import EvaluationResult, SpanRecord
 from monitor.store.base import (
     BUCKET_SECONDS,
+    Backlog,
     CanaryRun,
+    FailedAttempt,
     LatePolicy,
     PendingConversation,
     RollupChanges,
@@ -118,6 +121,16 @@ failures_table = Table(
     Column("rubric", String(256), primary_key=True),
     Column("revision", Integer, primary_key=True),
     Column("attempts", Integer, nullable=False),
+)
+failure_log_table = Table(
+    "judge_failure_log", metadata,
+    Column("conversation_key", Text, primary_key=True),
+    Column("rubric", String(256), primary_key=True),
+    Column("revision", Integer, primary_key=True),
+    Column("attempt", Integer, primary_key=True),
+    Column("at_ts", Float, nullable=False),
+    Column("error", Text, nullable=False),
+    Column("calls", Integer, nullable=False),
 )
 usage_table = Table(
     "judge_usage_daily", metadata,
@@ -361,16 +374,35 @@ class SqlStore:
     # ② conversations -------------------------------------------------------------------------------------------
 
     def ready_conversations(self, idle_before: datetime, started_before: datetime,
-                            limit: int | None = None) -> list[PendingConversation]:
+                            limit: int | None = None,
+                            after: tuple[datetime, str] | None = None) -> list[PendingConversation]:
         c = conversations_table.c
         query = (select(c.key, c.revision, c.first_span_ts, c.last_span_ts)
                  .where(c.status == "pending")
-                 .where((c.last_span_ts <= _ts(idle_before)) | (c.first_span_ts <= _ts(started_before)))
+                 .where(self._ready(idle_before, started_before))
                  .order_by(c.first_span_ts, c.key)
                  .limit(limit))
+        if after is not None:
+            first, key = _ts(after[0]), after[1]
+            query = query.where((c.first_span_ts > first) | ((c.first_span_ts == first) & (c.key > key)))
         with self._tx() as conn:
             rows = conn.execute(query).all()
         return [PendingConversation(r.key, r.revision, _dt(r.first_span_ts), _dt(r.last_span_ts)) for r in rows]
+
+    @staticmethod
+    def _ready(idle_before: datetime, started_before: datetime) -> ColumnElement[bool]:
+        c = conversations_table.c
+        return (c.last_span_ts <= _ts(idle_before)) | (c.first_span_ts <= _ts(started_before))
+
+    def backlog(self, idle_before: datetime, started_before: datetime, future_after: datetime) -> Backlog:
+        c = conversations_table.c
+        pending = c.status == "pending"
+        with self._tx() as conn:
+            ready, oldest = conn.execute(select(func.count(), func.min(c.first_span_ts))
+                                         .where(pending, self._ready(idle_before, started_before))).one()
+            future = conn.execute(select(func.count()).where(pending, c.first_span_ts > _ts(future_after))
+                                  ).scalar_one()
+        return Backlog(int(ready), None if oldest is None else _dt(float(oldest)), int(future))
 
     def spans_of(self, key: str) -> list[SpanRecord]:
         query = (select(spans_table.c.payload).where(spans_table.c.conversation_key == key)
@@ -393,6 +425,14 @@ class SqlStore:
             c.rubric_version == _text(rubric_version), c.revision == revision))
         with self._tx() as conn:
             return bool(conn.execute(query).scalar_one())
+
+    def recorded_turns(self, conversation_id: str, rubric: str, rubric_version: str, revision: int) -> set[int]:
+        c = results_table.c
+        query = select(c.turn_key).where(and_(
+            c.conversation_id == _text(conversation_id), c.rubric == rubric,
+            c.rubric_version == _text(rubric_version), c.revision == revision))
+        with self._tx() as conn:
+            return {int(turn) for turn in conn.execute(query).scalars()}
 
     def record(self, result: EvaluationResult) -> bool:
         c = results_table.c
@@ -489,7 +529,7 @@ class SqlStore:
         with self._tx() as conn:
             return [EvaluationResult.model_validate_json(p) for p in conn.execute(query).scalars()]
 
-    def record_failure(self, key: str, rubric: str, revision: int) -> int:
+    def record_failure(self, key: str, rubric: str, revision: int, error: str = "", calls: int = 0) -> int:
         f = failures_table.c
         where = and_(f.conversation_key == key, f.rubric == rubric, f.revision == revision)
         with self._tx() as conn:
@@ -497,9 +537,21 @@ class SqlStore:
             if attempts is None:
                 conn.execute(insert(failures_table).values(conversation_key=key, rubric=rubric, revision=revision,
                                                            attempts=1))
-                return 1
-            conn.execute(update(failures_table).where(where).values(attempts=attempts + 1))
-            return int(attempts) + 1
+            else:
+                conn.execute(update(failures_table).where(where).values(attempts=attempts + 1))
+            attempt = 1 if attempts is None else int(attempts) + 1
+            conn.execute(insert(failure_log_table).values(
+                conversation_key=key, rubric=rubric, revision=revision, attempt=attempt,
+                at_ts=datetime.now(UTC).timestamp(), error=_text(error), calls=calls))
+            return attempt
+
+    def failed_attempts(self, key: str, rubric: str, revision: int) -> list[FailedAttempt]:
+        f = failure_log_table.c
+        query = (select(f.at_ts, f.error, f.calls)
+                 .where(and_(f.conversation_key == key, f.rubric == rubric, f.revision == revision))
+                 .order_by(f.attempt))
+        with self._tx() as conn:
+            return [FailedAttempt(_dt(r.at_ts), str(r.error), int(r.calls)) for r in conn.execute(query)]
 
     # budgets ---------------------------------------------------------------------------------------------------
 
