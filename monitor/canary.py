@@ -88,12 +88,14 @@ class CanaryRunner:
         """Set on SIGTERM: a run starts no new evaluation, and a run cut short is not recorded."""
         self.problems: dict[str, str] = {}
         """Rubric name → why its canary set could not be run (missing file, bad labels)."""
+        self._drifting: set[str] = set()
+        """Kept in memory for ``/healthz``, which must not query the store on every probe."""
         for run in store.last_canary_runs().values():
-            self._metrics.publish(run)
+            self._published(run)
 
     def warning(self) -> str | None:
         """The ``/healthz`` warning: drifting rubrics and canary sets that cannot be read."""
-        parts = [f"judge drift on rubric {name} (JudgeDrift)" for name in sorted(self._store.drifting_rubrics())]
+        parts = [f"judge drift on rubric {name} (JudgeDrift)" for name in sorted(self._drifting)]
         parts += [f"canary set of rubric {name}: {problem}" for name, problem in sorted(self.problems.items())]
         return "; ".join(parts) or None
 
@@ -156,11 +158,18 @@ class CanaryRunner:
                         judge_model=rubric.judge_model or self._context.judge.model, ran_at=now,
                         judged=report["judged"], agreement=accuracy, score_shift=shift, drift=drift)
         self._store.record_canary_run(run)
-        self._metrics.publish(run)
+        self._published(run)
         log.log(logging.WARNING if drift else logging.INFO,
                 "canary set of rubric %s: agreement %.3f, score shift %+.3f over %d conversations%s",
                 rubric.name, accuracy, shift, run.judged, " - JUDGE DRIFT" if drift else "")
         return run
+
+    def _published(self, run: CanaryRun) -> None:
+        self._metrics.publish(run)
+        if run.drift:
+            self._drifting.add(run.rubric)
+        else:
+            self._drifting.discard(run.rubric)
 
     def _problem(self, rubric: str, problem: str) -> None:
         if self.problems.get(rubric) != problem:
