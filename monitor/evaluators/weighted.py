@@ -152,6 +152,8 @@ def _reason(scored: list[DimensionScore], ones: list[DimensionScore], passed: bo
     return f"{head} {detail}" if detail else head
 
 
+DIMENSION_LINE = "- {id}{always}: {description}"
+ALWAYS_APPLICABLE = " (always applicable)"
 ANCHOR_LINE = "  {level}: {text}"
 """One anchor under its dimension: what a score of ``level`` looks like."""
 
@@ -162,16 +164,16 @@ def rubric_prompt(rubric: WeightedRubric) -> str:
     judge shown them scores heavy dimensions differently."""
     lines = [f"{rubric.name}: {rubric.description}" if rubric.description else rubric.name]
     for d in rubric.dimensions:
-        always = " (always applicable)" if d.always_applicable else ""
-        lines.append(f"- {d.id}{always}: {d.description}")
+        always = ALWAYS_APPLICABLE if d.always_applicable else ""
+        lines.append(DIMENSION_LINE.format(id=d.id, always=always, description=d.description))
         lines.extend(ANCHOR_LINE.format(level=level, text=text) for level, text in sorted((d.anchors or {}).items()))
     return "\n".join(lines)
 
 
 def weighted_prompt_texts() -> tuple[str, ...]:
     """Every fixed text of the weighted prompt (what ``builtin_version`` fingerprints)."""
-    return (WEIGHTED_INSTRUCTIONS, TURN_LEVEL_INSTRUCTIONS, TURN_FOCUS, ANCHOR_LINE,
-            "- {id} (always applicable): {description}")
+    return (WEIGHTED_INSTRUCTIONS, TURN_LEVEL_INSTRUCTIONS, TURN_FOCUS, DIMENSION_LINE, ALWAYS_APPLICABLE,
+            ANCHOR_LINE)
 
 
 class WeightedEvaluator:
