@@ -385,6 +385,15 @@ class AlertSettings(_Section):
 
 
 
+class CanarySettings(_Section):
+    interval_seconds: float = Field(default=86400.0, ge=60.0, le=MAX_SECONDS)
+    """Rubrics that name a canary set re-score it this often (default daily), within the rubric's daily budget."""
+    min_agreement: float = Field(default=0.8, ge=0.0, le=1.0)
+    """Judge drift when the pass/fail agreement with the canaries' agreed verdicts falls below this."""
+    max_score_shift: float = Field(default=0.15, gt=0.0, le=1.0)
+    """...or when the judge's mean score moves further than this from the agreed scores (either way)."""
+
+
 class Settings(_Section):
     """Every setting; ``load_settings`` fills it from the file, the secrets directory and the environment."""
 
@@ -406,6 +415,7 @@ class Settings(_Section):
     store: StoreSettings = StoreSettings()
     metrics: MetricsSettings = MetricsSettings()
     alerts: AlertSettings = AlertSettings()
+    canary: CanarySettings = CanarySettings()
 
     @model_validator(mode="after")
     def _check_judge(self) -> Settings:

@@ -44,6 +44,7 @@ from monitor.models import EvaluationResult, SpanRecord
 from monitor.store.base import (
     BUCKET_SECONDS,
     Backlog,
+    CanaryRun,
     FailedAttempt,
     LatePolicy,
     PendingConversation,
@@ -192,6 +193,19 @@ items_table = Table(
     Column("key", String(128), primary_key=True),
     Column("payload", Text, nullable=False),
     Column("created_ts", Float, nullable=False),
+)
+
+canary_runs_table = Table(
+    "canary_runs", metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("rubric", String(256), nullable=False, index=True),
+    Column("rubric_version", Text, nullable=False),
+    Column("judge_model", Text, nullable=False),
+    Column("ran_ts", Float, nullable=False),
+    Column("judged", Integer, nullable=False),
+    Column("agreement", Float, nullable=False),
+    Column("score_shift", Float, nullable=False),
+    Column("drift", Boolean, nullable=False),
 )
 
 _CHUNK = 500
@@ -697,6 +711,31 @@ class SqlStore:
                                                         created_ts=datetime.now(UTC).timestamp()))
         except IntegrityError:
             pass  # generated concurrently by another evaluation: the first one stays
+
+    # judge drift canaries ------------------------------------------------------------------------------------
+
+    def record_canary_run(self, run: CanaryRun) -> None:
+        with self._tx() as conn:
+            conn.execute(insert(canary_runs_table).values(
+                rubric=run.rubric, rubric_version=run.rubric_version, judge_model=run.judge_model,
+                ran_ts=_ts(run.ran_at), judged=run.judged, agreement=run.agreement, score_shift=run.score_shift,
+                drift=run.drift))
+
+    def last_canary_runs(self) -> dict[str, CanaryRun]:
+        """The latest canary run of every rubric that has one."""
+        c = canary_runs_table.c
+        latest = select(c.rubric, func.max(c.id).label("id")).group_by(c.rubric).subquery()
+        with self._tx() as conn:
+            rows = conn.execute(select(canary_runs_table).join(latest, c.id == latest.c.id)).all()
+        return {row.rubric: CanaryRun(rubric=row.rubric, rubric_version=row.rubric_version,
+                                      judge_model=row.judge_model, ran_at=_dt(row.ran_ts), judged=row.judged,
+                                      agreement=row.agreement, score_shift=row.score_shift, drift=bool(row.drift))
+                for row in rows}
+
+    def drifting_rubrics(self) -> set[str]:
+        """Rubrics whose latest canary run found the judge drifting: their quality changes are the judge's, not
+        the agent's (the regression detector suppresses them)."""
+        return {name for name, run in self.last_canary_runs().items() if run.drift}
 
     def ping(self) -> None:
         with self._tx() as conn:
