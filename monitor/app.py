@@ -15,10 +15,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from prometheus_client import CollectorRegistry
 
+from monitor.canary import CanaryRunner
 from monitor.errors import ConfigError, StoreError
 from monitor.evaluators.adaptive import AdaptiveEvaluator
 from monitor.evaluators.base import EvaluationContext, Evaluator
@@ -40,6 +41,9 @@ from monitor.rubrics.schema import Rubric
 from monitor.settings import JudgeSettings, MetricsSettings, Settings, SourceSettings, read_secret
 from monitor.sources.base import TraceSource
 from monitor.store.sql import SqlStore
+
+if TYPE_CHECKING:
+    from monitor.alerts.service import AlertService
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -191,6 +195,18 @@ def build_stages(settings: Settings, registry: CollectorRegistry, *, load_model:
         stages.close()
         raise ConfigError.collect(errors)
     return stages
+EMBEDDED_JUDGE_WARNING = (
+    "judge.kind local (the embedded SmolLM2-135M) scores production traces from Application Insights: its "
+    "scores are not meaningful; point judge.kind at a capable model"
+)
+
+
+def embedded_judge_warning(settings: Settings) -> str | None:
+    """The embedded judge on production traces is almost certainly a mistake: warned about, not refused (it
+    is how the pipeline is tried out end to end)."""
+    if settings.judge.kind == "local" and settings.source.kind == "app_insights":
+        return EMBEDDED_JUDGE_WARNING
+    return None
 
 
 @dataclass
@@ -203,6 +219,8 @@ class Monitor:
     pipeline: Pipeline
     health: HealthState
     store: SqlStore
+    alerts: AlertService | None = None
+    canaries: CanaryRunner | None = None
 
     def run_cycle(self, now: datetime | None = None) -> CycleReport:
         started = utc_now()
@@ -211,6 +229,12 @@ class Monitor:
         except Exception as exc:
             log.exception("cycle failed")
             report = CycleReport(started_at=started, finished_at=utc_now(), failures=[f"cycle: {exc!r}"])
+        if self.canaries is not None and not self.pipeline.stop.is_set():
+            try:
+                self.canaries.run_due(utc_now())
+            except Exception:
+                # A canary run measures the judge; its failure must not fail the cycle that scored the agents.
+                log.exception("canary run failed")
         problem = self.refresh_metrics()
         if problem:
             report.failures.append(problem)
@@ -227,7 +251,18 @@ class Monitor:
             report.spans_read, report.spans_new, report.conversations_ready, dict(report.evaluations),
             dict(report.skipped), report.judge_calls, elapsed, "" if report.ok else f", failures: {report.failures}",
         )
+        self._run_alerts()
         return report
+
+    def _run_alerts(self) -> None:
+        """Regression alerts after scoring, isolated: their failure is logged and counted, never a failed cycle."""
+        if self.alerts is None:
+            return
+        try:
+            self.alerts.run_cycle(utc_now())
+        except Exception:
+            log.exception("regression alerts failed this cycle (scoring is not affected)")
+            self.metrics.stage_failures.labels("alerts").inc()
 
     def run_cycles(self) -> None:
         """One cycle, and at once another while the last one stopped before the backlog ran out (spans read
@@ -250,6 +285,8 @@ class Monitor:
         return None
 
     def close(self) -> None:
+        if self.alerts is not None:
+            self.alerts.close(drain_seconds=2.0)  # within the SIGTERM budget of shutdown_grace_seconds
         self.pipeline.close()
         self.pipeline.source.close()
         self.store.close()
@@ -267,17 +304,21 @@ def build_monitor(settings: Settings, registry: CollectorRegistry | None = None)
         stages.close()
         raise ConfigError("settings", "store.url", redact(str(exc))) from None
     metrics.judge_configured(settings.judge.kind, settings.judge.model)
+    embedded_warning = embedded_judge_warning(settings)
+    if embedded_warning:
+        log.warning("%s", embedded_warning)
     delay = settings.source.ingestion_delay_seconds if settings.source.kind == "app_insights" else 0.0
     judge_settings = settings.judge
     if judge_settings.kind == "local":
         from monitor.judge.local import local_judge_settings
 
         judge_settings = local_judge_settings(judge_settings)
+    evaluators = build_evaluators(settings.judge.cache_size, store)
     pipeline = Pipeline(
         source=source,
         store=store,
         rubrics=rubrics if settings.rubrics.reload else _Frozen(rubrics),
-        evaluators=build_evaluators(settings.judge.cache_size, store),
+        evaluators=evaluators,
         context=EvaluationContext(
             judge=ChargingJudge(judge, lambda rubric, tokens, usd: store.add_usage(rubric, utc_now().date(), tokens,
                                                                                     usd)),
@@ -297,10 +338,44 @@ def build_monitor(settings: Settings, registry: CollectorRegistry | None = None)
     health.checks["content"] = pipeline.content_problem
     health.checks["judge calls"] = pipeline.judge_problem
     health.checks["rubrics"] = lambda: "; ".join(f"{k}: {v}" for k, v in rubrics.problems.items()) or None
-    monitor = Monitor(settings, registry, metrics, pipeline, health, store)
+    alerts = build_alerts(settings, store, registry, judge, source.name) if settings.alerts.enabled else None
+    health.warning_checks["judge"] = lambda: embedded_warning
+    canaries = CanaryRunner(
+        rubrics.active, rubrics.sources, evaluators, pipeline.context, store, metrics.judge_trust,
+        settings.canary,
+        # The pipeline's own budget rule, so canaries and evaluations share one daily budget.
+        lambda rubric: pipeline._budget_spent(rubric, utc_now()),
+        pipeline.loop,
+        pipeline.stop,
+    )
+    health.warning_checks["judge_drift"] = canaries.warning
+    monitor = Monitor(settings, registry, metrics, pipeline, health, store, alerts=alerts, canaries=canaries)
     # The windows and the counters' label sets from the rollups, before the first scrape.
     monitor.refresh_metrics()
     return monitor
+
+
+def build_alerts(settings: Settings, store: SqlStore, registry: CollectorRegistry, judge: Judge | None = None,
+                 source: str | None = None) -> AlertService:
+    """The regression alerts of the daemon (and of ``rubric-monitor regressions``, which passes no judge)."""
+    from monitor.alerts.service import AlertService, check_settings
+
+    alert_settings = settings.alerts
+    notifiers = check_settings(alert_settings, settings.interval_seconds)
+
+    def reasons() -> set[str]:
+        found = set()
+        lag = None if source is None else registry.get_sample_value("rubric_monitor_source_lag_seconds",
+                                                                    {"source": source})
+        if lag is not None and lag > alert_settings.max_source_lag_seconds:
+            found.add("source_behind")
+        if judge is not None and _judge_problem(judge):
+            found.add("judge_unavailable")
+        return found
+
+    host = "localhost" if settings.metrics.host in ("0.0.0.0", "::") else settings.metrics.host
+    return AlertService(alert_settings, store, registry, notifiers, reasons,
+                        generator_url=f"http://{host}:{settings.metrics.port}/metrics")
 
 
 class _Frozen:

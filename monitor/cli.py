@@ -1,4 +1,4 @@
-"""``rubric-monitor`` command line: run, evaluate, check, rubrics, config-doc.
+"""``rubric-monitor`` command line: run, evaluate, check, rubrics, calibrate, config-doc.
 
 Exit codes: 0 success; 1 a cycle failed (``run --once``); 2 invalid settings, rubric or input (the message names
 the file and the field).
@@ -98,9 +98,11 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    from monitor.app import build_stages
+    from monitor.alerts.service import check_settings
+    from monitor.app import build_stages, embedded_judge_warning
 
     settings = load_settings(args.config)
+    check_settings(settings.alerts, settings.interval_seconds)
     # Every stage is built as ``run`` builds it (no scheduler, no judge call, no model loaded), so ``check``
     # refuses what ``run`` refuses, naming every problem at once.
     stages = build_stages(settings, CollectorRegistry(), load_model=False)
@@ -108,6 +110,8 @@ def _cmd_check(args: argparse.Namespace) -> int:
         for rubric in stages.rubrics.active():
             print(f"rubric {rubric.name} version {rubric.version} ({rubric.kind}) for agents "
                   f"{', '.join(rubric.agents)}")
+        if warning := embedded_judge_warning(settings):
+            print(f"warning: {warning}")
         if args.explain:
             if settings.source.kind != "app_insights":
                 print(f"source otlp_file reads {settings.source.path} (no query to explain)")
@@ -128,14 +132,17 @@ def _describe_fields(model: type[BaseModel], prefix: str) -> Iterator[tuple[str,
         nested = [a for a in getattr(annotation, "__args__", (annotation,)) if isinstance(a, type)
                   and issubclass(a, BaseModel)]
         if nested and getattr(annotation, "__origin__", None) is not dict:
+            if getattr(annotation, "__origin__", None) is tuple:
+                # A list of sections (notifiers, silences): each item has these fields.
+                key = f"{key}[]"
             for sub in nested:
                 label = f"{key}." if len(nested) == 1 else f"{key}.({sub.model_fields['kind'].default}) "
                 yield from _describe_fields(sub, label if len(nested) == 1 else f"{key}.")
             continue
         default = info.get_default(call_default_factory=True)
-        shown = "" if default is None else json.dumps(default.get_secret_value() if hasattr(
-            default, "get_secret_value") else default, default=str)
-        env = ENV_PREFIX + key.replace(".", "__").upper()
+        shown = "(required)" if info.is_required() else "" if default is None else json.dumps(
+            default.get_secret_value() if hasattr(default, "get_secret_value") else default, default=str)
+        env = "(in the file)" if "[]" in key else ENV_PREFIX + key.replace(".", "__").upper()
         yield key, shown, env, (info.description or "").replace("\n", " ")
 
 
@@ -181,9 +188,15 @@ def build_parser() -> argparse.ArgumentParser:
     from monitor.rubrics.commands import add_rubrics_commands
 
     add_rubrics_commands(sub)
+    from monitor.calibration import add_calibrate_command
+
+    add_calibrate_command(sub)
     from monitor.store.cli import add_db_commands
 
     add_db_commands(sub)
+    from monitor.alerts.cli import add_alert_commands
+
+    add_alert_commands(sub, _config_arg)
     return parser
 
 
