@@ -140,6 +140,8 @@ rollups_table = Table(
     Column("passed", Integer, nullable=False),  # overall row only
     Column("unscored", Integer, nullable=False),  # overall row only
     Column("score_sum", Float, nullable=False),  # overall score (0..1) or dimension score (1..5) sum
+    # On SQLite the primary key is the table (one b-tree to update per row instead of a table and an index).
+    sqlite_with_rowid=False,
 )
 
 items_table = Table(
