@@ -26,7 +26,10 @@ log = logging.getLogger("monitor")
 
 
 def _configure_logging(level: str) -> None:
+    from monitor.redaction import install_log_redaction
+
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    install_log_redaction()  # no configured secret reaches the logs, whichever module logs it
 
 
 def _config_arg(parser: argparse.ArgumentParser) -> None:
@@ -95,23 +98,27 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    from monitor.rollups import parse_window
-    from monitor.rubrics.registry import RubricRegistry
+    from monitor.alerts.service import check_settings
+    from monitor.app import build_stages
 
     settings = load_settings(args.config)
-    for window in settings.metrics.windows:
-        parse_window(window)
-    registry = RubricRegistry(settings.rubrics.directory)
-    registry.load()
-    for rubric in registry.active():
-        print(f"rubric {rubric.name} version {rubric.version} ({rubric.kind}) for agents {', '.join(rubric.agents)}")
-    if args.explain:
-        if settings.source.kind != "app_insights":
-            print(f"source otlp_file reads {settings.source.path} (no query to explain)")
-        else:
-            from monitor.sources.kql import explain
+    check_settings(settings.alerts, settings.interval_seconds)
+    # Every stage is built as ``run`` builds it (no scheduler, no judge call, no model loaded), so ``check``
+    # refuses what ``run`` refuses, naming every problem at once.
+    stages = build_stages(settings, CollectorRegistry(), load_model=False)
+    try:
+        for rubric in stages.rubrics.active():
+            print(f"rubric {rubric.name} version {rubric.version} ({rubric.kind}) for agents "
+                  f"{', '.join(rubric.agents)}")
+        if args.explain:
+            if settings.source.kind != "app_insights":
+                print(f"source otlp_file reads {settings.source.path} (no query to explain)")
+            else:
+                from monitor.sources.kql import explain
 
-            print(explain(settings.source, utc_now()))
+                print(explain(settings.source, utc_now()))
+    finally:
+        stages.close()
     print("settings and rubrics are valid")
     return 0
 
@@ -123,14 +130,17 @@ def _describe_fields(model: type[BaseModel], prefix: str) -> Iterator[tuple[str,
         nested = [a for a in getattr(annotation, "__args__", (annotation,)) if isinstance(a, type)
                   and issubclass(a, BaseModel)]
         if nested and getattr(annotation, "__origin__", None) is not dict:
+            if getattr(annotation, "__origin__", None) is tuple:
+                # A list of sections (notifiers, silences): each item has these fields.
+                key = f"{key}[]"
             for sub in nested:
                 label = f"{key}." if len(nested) == 1 else f"{key}.({sub.model_fields['kind'].default}) "
                 yield from _describe_fields(sub, label if len(nested) == 1 else f"{key}.")
             continue
         default = info.get_default(call_default_factory=True)
-        shown = "" if default is None else json.dumps(default.get_secret_value() if hasattr(
-            default, "get_secret_value") else default, default=str)
-        env = ENV_PREFIX + key.replace(".", "__").upper()
+        shown = "(required)" if info.is_required() else "" if default is None else json.dumps(
+            default.get_secret_value() if hasattr(default, "get_secret_value") else default, default=str)
+        env = "(in the file)" if "[]" in key else ENV_PREFIX + key.replace(".", "__").upper()
         yield key, shown, env, (info.description or "").replace("\n", " ")
 
 
@@ -179,6 +189,9 @@ def build_parser() -> argparse.ArgumentParser:
     from monitor.store.cli import add_db_commands
 
     add_db_commands(sub)
+    from monitor.alerts.cli import add_alert_commands
+
+    add_alert_commands(sub, _config_arg)
     return parser
 
 
@@ -192,7 +205,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         result: Any = args.handler(args)
         return int(result)
     except ConfigError as exc:
-        print(f"rubric-monitor: error: {exc}", file=sys.stderr)
+        from monitor.redaction import redact
+
+        for problem in exc.all:
+            print(redact(f"rubric-monitor: error: {problem}"), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

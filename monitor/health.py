@@ -20,6 +20,7 @@ from typing import Any
 
 from monitor.exposition import Exposition
 from monitor.models import utc_now
+from monitor.redaction import redact
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +47,8 @@ class HealthState:
             problem = check()
             if problem:
                 found.append(f"{name}: {problem}")
-        return found
+        # An endpoint's error body may echo our key back; what we serve never carries a configured secret.
+        return [redact(p) for p in found]
 
     def alive(self, now: datetime | None = None) -> bool:
         now = now or utc_now()
@@ -92,6 +94,7 @@ class MonitorHTTPServer:
                                {"status": "degraded" if problems else "ok", "problems": problems})
                 elif path == "/readyz":
                     problem = outer_ready()
+                    problem = None if problem is None else redact(problem)
                     self._json(503 if problem else 200, {"status": "not_ready" if problem else "ok",
                                                          "problem": problem})
                 else:

@@ -98,7 +98,8 @@ class Pipeline:
     completeness_delay: timedelta = timedelta(0)
     """Spans younger than this may not have reached the source yet (App Insights ingestion delay)."""
     stop: threading.Event = field(default_factory=threading.Event)
-    """Set on SIGTERM: evaluations in flight finish and are recorded; no new one starts."""
+    """Set on SIGTERM: no new evaluation starts; those in flight finish and are recorded, or are abandoned after
+    ``shutdown_grace_seconds``."""
     loop: asyncio.AbstractEventLoop = field(default_factory=asyncio.new_event_loop)
     max_spans_per_cycle: int | None = None
     """A cycle stops reading the source after this many spans (whole batches) and judges what is ready."""
@@ -238,8 +239,23 @@ class Pipeline:
         tasks: list[_Task] = []
         waiting: Counter[str] = Counter()
         deferred_keys: set[str] = set()
+        # Conversations with nothing to judge are marked scored a page at a time: one transaction, not one each.
+        done: list[tuple[str, int]] = []
+        try:
+            self._plan_into(ready, report, now, tasks, waiting, deferred_keys, done)
+        finally:
+            if done:
+                self.store.mark_scored_many(done)
+        return tasks, waiting, deferred_keys
+
+    def _plan_into(self, ready: Iterable[tuple[PendingConversation, Conversation]], report: CycleReport,
+                   now: datetime, tasks: list[_Task], waiting: Counter[str], deferred_keys: set[str],
+                   done: list[tuple[str, int]]) -> None:
         cap = self.sampling_settings.max_per_cycle
         for pending, conversation in ready:
+            if len(done) >= READY_PAGE:
+                self.store.mark_scored_many(done)
+                done.clear()
             rubrics = self.rubrics.for_agent(conversation.agent_name, conversation.agent_id)
             self._content_seen.append(conversation.has_content)
             if rubrics and not conversation.has_content:
@@ -247,7 +263,7 @@ class Pipeline:
                 for rubric in rubrics:
                     self._skip(report, rubric.name, "no_content")
                 self.metrics.conversations.labels("no_content").inc()
-                self.store.mark_scored(pending.key, pending.revision)
+                done.append((pending.key, pending.revision))
                 continue
             sampled = deferred = already = 0
             for rubric in rubrics:
@@ -281,13 +297,12 @@ class Pipeline:
             if deferred:
                 deferred_keys.add(pending.key)
             elif not waiting[pending.key]:
-                self.store.mark_scored(pending.key, pending.revision)
+                done.append((pending.key, pending.revision))
             if len(tasks) >= cap and sampled:
                 # The cycle's judge capacity is taken: the rest of the backlog waits for the next cycle, which
                 # the daemon starts at once.
                 report.behind = True
-                break
-        return tasks, waiting, deferred_keys
+                return
 
     def judge_problem(self) -> str | None:
         """For ``/healthz``: the judge's last call failed (5xx, timeouts past its retries) and none has succeeded
@@ -387,10 +402,11 @@ class Pipeline:
         the next start judges it (a turn-level one from the turns it had left)."""
         while not self.stop.is_set():
             await asyncio.sleep(STOP_POLL_SECONDS)
-        done, pending = await asyncio.wait(running, timeout=self.shutdown_grace_seconds)
+        _, pending = await asyncio.wait(running, timeout=self.shutdown_grace_seconds)
         if pending:
-            log.warning("stopping: %d judge call(s) still in flight after %gs (shutdown_grace_seconds) are "
-                        "abandoned; their evaluations stay pending", len(pending), self.shutdown_grace_seconds)
+            log.warning("stopping: %d evaluation(s) still unfinished after %gs (shutdown_grace_seconds) are "
+                        "abandoned with their judge calls; they stay pending", len(pending),
+                        self.shutdown_grace_seconds)
             report.stopped_early = True
             for future in pending:
                 future.cancel()

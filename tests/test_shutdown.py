@@ -16,12 +16,29 @@ from tests.helpers import SEED_PASS_SCORES, verdict
 from tests.test_daemon import Daemon, daemon_config, free_port, wait_for
 
 
-@pytest.mark.parametrize("after", [0.3, 1.0, 1.8])
-def test_sigterm_during_start_up_exits_0(tmp_path: Path, after: float) -> None:
+def catches_sigterm(pid: int) -> bool:
+    """Whether the process has a SIGTERM handler (``SigCgt`` in /proc): the interpreter reached our code."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    caught = next((line.split()[1] for line in status.splitlines() if line.startswith("SigCgt:")), "0")
+    return bool(int(caught, 16) & (1 << (signal.SIGTERM - 1)))
+
+
+@pytest.mark.parametrize(("moment", "after"), [("code", 0.0), ("store", 0.0), ("store", 0.4)])
+def test_sigterm_during_start_up_exits_0(tmp_path: Path, moment: str, after: float) -> None:
+    """``code``: as soon as the interpreter runs our code (before that, tens of milliseconds after exec, nothing
+    can catch a signal); ``store``: once the store's file exists, while the judge and the HTTP endpoint are
+    still being set up."""
     port = free_port()
     with ScriptedOpenAIServer(lambda r: verdict(r, SEED_PASS_SCORES)) as judge:
         config = daemon_config(tmp_path, judge.base_url, port)
         daemon = Daemon(config, tmp_path, port)
+        deadline = time.monotonic() + 30
+        while not (catches_sigterm(daemon.process.pid) if moment == "code" else (tmp_path / "results.db").exists()):
+            assert time.monotonic() < deadline and daemon.process.poll() is None, "the daemon never started"
+            time.sleep(0.002)
         time.sleep(after)
         daemon.process.send_signal(signal.SIGTERM)
         code = daemon.process.wait(timeout=60)

@@ -52,6 +52,7 @@ from monitor.genai import (
 )
 from monitor.metrics import MonitorMetrics
 from monitor.models import SpanRecord, as_utc
+from monitor.redaction import remember_secret
 from monitor.settings import AppInsightsCredentialSettings, AppInsightsSourceSettings
 from monitor.sources.base import SourceBatch
 from monitor.sources.kql import TableSchema, Window, build_query, iso, query_timespan, schema_for
@@ -115,6 +116,7 @@ class RereadTokenCredential:
             raise ClientAuthenticationError(message) from exc
         if not token:
             raise ClientAuthenticationError(f"no bearer token in {self.origin}")
+        remember_secret(token)
         return token
 
 

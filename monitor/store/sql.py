@@ -8,7 +8,7 @@ from __future__ import annotations
 import threading
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, date, datetime
 from typing import Any
 
@@ -101,6 +101,12 @@ results_table = Table(
     Column("score", Float),
     Column("evaluated_ts", Float, nullable=False, index=True),
     Column("payload", Text, nullable=False),  # the whole EvaluationResult as JSON
+    # Regression alerts compare results only within one (rubric version, judge model, prompt version), and by agent
+    # version for release regressions; unscored_reason tells judge errors from other unscored results.
+    Column("judge_model", Text),
+    Column("prompt_version", Text),
+    Column("agent_version", Text),
+    Column("unscored_reason", Text),
     UniqueConstraint("conversation_id", "rubric", "rubric_version", "turn_key", "revision", name="uq_result"),
 )
 dimensions_table = Table(
@@ -139,6 +145,32 @@ usage_table = Table(
     Column("usd", Float, nullable=False),
 )
 
+# Regression alerts (monitor/alerts/store.py): lifecycle state per alert key, the events it emitted (transitions and
+# annotations, unique by key so a restart never emits one twice) and the notification outbox (one row per event and
+# notifier, marked when delivered, so a restart neither re-sends nor forgets).
+alert_states_table = Table(
+    "alert_states", metadata,
+    Column("key", Text, primary_key=True),
+    Column("payload", Text, nullable=False),
+    Column("updated_ts", Float, nullable=False),
+)
+alert_events_table = Table(
+    "alert_events", metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("key", Text, nullable=False, unique=True),
+    Column("kind", String(16), nullable=False),  # firing | resolved | annotation | test
+    Column("ts", Float, nullable=False, index=True),
+    Column("payload", Text, nullable=False),
+)
+notification_outbox_table = Table(
+    "notification_outbox", metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("event_id", Integer, nullable=False),
+    Column("notifier", String(128), nullable=False),
+    Column("status", String(16), nullable=False, index=True),  # pending | sent | failed | silenced
+    Column("attempts", Integer, nullable=False),
+    Column("updated_ts", Float, nullable=False),
+)
 rollups_table = Table(
     "quality_rollups", metadata,
     # Hourly sums of current results, kept in the transaction that records a result, so a rolling window is a
@@ -235,6 +267,10 @@ class SqlStore:
             raise
         except SQLAlchemyError as exc:
             raise StoreError(f"store {self._safe_url()}: {exc}") from exc
+
+    def transaction(self) -> AbstractContextManager[Connection]:
+        """A transaction for the tables of other features on the same database (regression alerts)."""
+        return self._tx()
 
     # ① checkpoints and spans -----------------------------------------------------------------------------------
 
@@ -397,10 +433,20 @@ class SqlStore:
             return [SpanRecord.model_validate_json(p) for p in conn.execute(query).scalars()]
 
     def mark_scored(self, key: str, revision: int) -> None:
+        self.mark_scored_many([(key, revision)])
+
+    def mark_scored_many(self, items: Sequence[tuple[str, int]]) -> None:
+        c = conversations_table.c
+        now = datetime.now(UTC).timestamp()
+        by_revision: dict[int, list[str]] = defaultdict(list)
+        for key, revision in items:
+            by_revision[revision].append(key)
         with self._tx() as conn:
-            conn.execute(update(conversations_table)
-                         .where(and_(conversations_table.c.key == key, conversations_table.c.revision == revision))
-                         .values(status="scored", scored_ts=datetime.now(UTC).timestamp()))
+            for revision, keys in by_revision.items():
+                for start in range(0, len(keys), _CHUNK):
+                    conn.execute(update(conversations_table)
+                                 .where(c.key.in_(keys[start:start + _CHUNK]), c.revision == revision)
+                                 .values(status="scored", scored_ts=now))
 
     # ④⑤ results -------------------------------------------------------------------------------------------------
 
@@ -436,7 +482,10 @@ class SqlStore:
                     conversation_id=_text(result.conversation_id), rubric=result.rubric,
                     rubric_version=_text(result.rubric_version), turn_key=turn_key, revision=result.revision,
                     current=True, agent=_text(result.agent), outcome=result.outcome, score=result.score,
-                    evaluated_ts=ts, payload=result.model_dump_json()))
+                    evaluated_ts=ts, payload=result.model_dump_json(), judge_model=_text(result.judge_model),
+                    prompt_version=result.prompt_version,
+                    agent_version=None if result.agent_version is None else _text(result.agent_version),
+                    unscored_reason=None if result.unscored_reason is None else _text(result.unscored_reason)))
                 primary_key = inserted.inserted_primary_key
                 if primary_key is None:
                     raise StoreError("store returned no id for the new result row")
