@@ -230,3 +230,22 @@ def test_db_rebuild_rollups_restores_them_from_the_results(tmp_path: Path) -> No
     store = SqlStore(f"sqlite:///{tmp_path / 'results.db'}")
     assert store.rollup_sums(*hours) == before
     store.close()
+
+
+def test_after_a_restart_the_windows_come_back_and_every_label_set_exists_at_zero(served: Served) -> None:
+    served.fill(rubrics=2, agents=2, dims=2, now=datetime.now(UTC))
+    _, before = get(served.url)
+    restarted = MonitorMetrics(CollectorRegistry(), [parse_window(w) for w in ("1h", "24h")], 3)
+    restarted.quality.refresh(served.store, datetime.now(UTC))
+    after = restarted.quality.rendered.text.decode()
+    old = {(s.name, tuple(sorted(s.labels.items()))): s.value
+           for f in text_string_to_metric_families(before.decode()) for s in f.samples}
+    new = {(s.name, tuple(sorted(s.labels.items()))): s.value for f in text_string_to_metric_families(after)
+           for s in f.samples}
+    quality = {spec.name for spec in QUALITY_FAMILIES}
+    assert {k for k in old if k[0] in quality} == set(new)  # the same series
+    for key, value in new.items():
+        if key[0].endswith("_total"):
+            assert value == 0, key  # counters start again at zero
+        else:
+            assert value == old[key], key  # the windows are read back from the rollups
