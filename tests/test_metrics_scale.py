@@ -20,6 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import event
 
 from monitor.app import build_monitor
+from monitor.evaluators.prompts import PROMPT_VERSION
 from monitor.exposition import Exposition
 from monitor.health import HealthState, MonitorHTTPServer
 from monitor.metrics import SKIP_REASONS, MonitorMetrics
@@ -124,6 +125,10 @@ def test_scraping_the_daemon_never_queries_the_store(tmp_path: Path) -> None:
     assert b"rubric_monitor_dimension_scores_total{" in text and text == after
     assert headers["Content-Encoding"] == "gzip" and gzip.decompress(zipped) == text
     assert openmetrics.endswith(b"# EOF\n") and openmetrics.count(b"# EOF") == 1
+    info = f'rubric_monitor_judge_info{{kind="openai",model="judge-model",prompt_version="{PROMPT_VERSION}"}} 1.0'
+    assert info.encode() in text
+    assert b'rubric_monitor_judge_requests_total{model="judge-model",outcome="timeout"} 0.0' in text
+    assert b"_created" not in text + openmetrics
 
 
 def quality_series(text: str) -> dict[str, int]:
@@ -166,6 +171,7 @@ def test_promtool_accepts_a_realistic_scrape(served: Served) -> None:
                              check=False)
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert b"rubric_monitor_dimension_scores_total{" in body and b"rubric_monitor_judge_requests_total" in body
+    assert b'rubric_monitor_build_info{version="' in body and b"_created" not in body
 
 
 def test_openmetrics_carries_exemplars_with_the_trace_id(served: Served) -> None:
