@@ -128,6 +128,8 @@ def test_scraping_the_daemon_never_queries_the_store(tmp_path: Path) -> None:
     info = f'rubric_monitor_judge_info{{kind="openai",model="judge-model",prompt_version="{PROMPT_VERSION}"}} 1.0'
     assert info.encode() in text
     assert b'rubric_monitor_judge_requests_total{model="judge-model",outcome="timeout"} 0.0' in text
+    # Each active rubric's skip reasons exist from the start, at zero until counted.
+    assert b'rubric_monitor_evaluations_skipped_total{reason="cycle_cap",rubric="restaurant-reservation"} 0.0' in text
     assert b"_created" not in text + openmetrics
 
 
