@@ -6,6 +6,7 @@ Only this module chooses implementations; every stage elsewhere sees protocols.
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import threading
 from dataclasses import dataclass
@@ -91,6 +92,8 @@ class Monitor:
     pipeline: Pipeline
     health: HealthState
     store: SqlStore
+    next_steps: str | None = None
+    """Said once, after the first cycle that recorded a verdict: where to look at what the daemon did."""
 
     def run_cycle(self) -> CycleReport:
         started = utc_now()
@@ -112,6 +115,9 @@ class Monitor:
             report.spans_read, report.spans_new, report.conversations_ready, dict(report.evaluations),
             dict(report.skipped), report.judge_calls, elapsed, "" if report.ok else f", failures: {report.failures}",
         )
+        if report.evaluations and self.next_steps:
+            log.info("%s", self.next_steps)
+            self.next_steps = None
         return report
 
     def close(self) -> None:
@@ -191,14 +197,19 @@ def _store_problem(store: SqlStore) -> str | None:
     return None
 
 
-def run_daemon(settings: Settings, once: bool = False) -> int:
-    """Run until SIGTERM/SIGINT (exit 0), or one cycle with ``once`` (exit 1 if the cycle failed)."""
+def run_daemon(settings: Settings, once: bool = False, results_command: str = "rubric-monitor results") -> int:
+    """Run until SIGTERM/SIGINT (exit 0), or one cycle with ``once`` (exit 1 if the cycle failed).
+
+    ``results_command`` is how the user who started the daemon lists its results (told after the first verdict).
+    """
     monitor = build_monitor(settings)
     server = MonitorHTTPServer(settings.metrics.host, settings.metrics.port, monitor.registry, monitor.health,
                                lambda: _store_problem(monitor.store))
     server.start()
     host, port = server.address
     log.info("metrics on http://%s:%d/metrics", host, port)
+    monitor.next_steps = (f"next: the metrics are at http://{host}:{port}/metrics; list the verdicts with "
+                          f"`{results_command}`, one in full with `{results_command} show CONVERSATION`")
     try:
         if once:
             return 0 if monitor.run_cycle().ok else 1
@@ -214,7 +225,15 @@ def _serve(monitor: Monitor, interval: float) -> int:
     stopping = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
-        log.info("signal %d: finishing the evaluations in flight, then exiting", signum)
+        if stopping.is_set():
+            # A second Ctrl-C: the user will not wait. Nothing is lost: a verdict is recorded in one transaction
+            # and a conversation is marked scored only after it, so the evaluation in flight stays pending.
+            log.warning("signal %d again: exiting now; the evaluation in flight stays pending for the next start",
+                        signum)
+            logging.shutdown()
+            os._exit(128 + signum)
+        log.info("signal %d: finishing the evaluation in flight, then exiting (send it again to exit at once)",
+                 signum)
         monitor.pipeline.stop.set()
         stopping.set()
 

@@ -10,6 +10,8 @@ import argparse
 import asyncio
 import json
 import logging
+import os
+import shlex
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -27,6 +29,27 @@ log = logging.getLogger("monitor")
 
 def _configure_logging(level: str) -> None:
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    if logging.getLogger().getEffectiveLevel() > logging.DEBUG:
+        # A line per HTTP request and per scheduler tick would bury the daemon's own progress lines.
+        for chatty in ("httpx", "apscheduler"):
+            logging.getLogger(chatty).setLevel(logging.WARNING)
+
+
+def self_command(subcommand: str, config: Path | None) -> str:
+    """``subcommand`` as the user would type it, invoked as we were (``.venv/bin/rubric-monitor results --config
+    examples/rubric-monitor.yaml``), so that follow-up commands we print can be pasted as they are."""
+    argv0 = sys.argv[0] if sys.argv and sys.argv[0] else "rubric-monitor"
+    if Path(argv0).name == "rubric-monitor":
+        shown = argv0
+        if os.sep in argv0:
+            absolute = Path(argv0).resolve()
+            try:
+                shown = str(absolute.relative_to(Path.cwd().resolve()))
+            except ValueError:
+                shown = str(absolute)
+    else:
+        shown = f"{Path(sys.executable).name} -m monitor"
+    return shlex.join([*shown.split(" "), subcommand, *(["--config", str(config)] if config else [])])
 
 
 def _config_arg(parser: argparse.ArgumentParser) -> None:
@@ -39,7 +62,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     settings = load_settings(args.config)
     _configure_logging(settings.log_level)
-    return run_daemon(settings, once=args.once)
+    return run_daemon(settings, once=args.once, results_command=self_command("results", args.config))
 
 
 def _numbered_lines(path: Path) -> Iterator[tuple[int, str]]:

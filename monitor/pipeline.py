@@ -231,14 +231,20 @@ class Pipeline:
                          report: CycleReport, now: datetime) -> None:
         gate = asyncio.Semaphore(self.judge_settings.concurrency)
         incomplete: set[str] = set(deferred)
+        started = 0
 
         async def run(task: _Task) -> None:
+            nonlocal started
             key = task.pending.key
             async with gate:
                 if self.stop.is_set():
                     report.stopped_early = True
                     incomplete.add(key)
                     return
+                started += 1
+                # One line per evaluation: on a slow judge (the embedded model on a CPU) it shows the work moving.
+                log.info("judging %d/%d: conversation %s, rubric %s", started, len(tasks), task.conversation.id,
+                         task.rubric.name)
                 try:
                     done = await self._judge_one(task, report, now)
                 except StoreError as exc:
