@@ -67,6 +67,15 @@ def build_judge(settings: JudgeSettings, metrics: MonitorMetrics) -> Judge:
     return OpenAIJudge(settings, metrics)
 
 
+def effective_judge_settings(settings: JudgeSettings) -> JudgeSettings:
+    """The settings evaluations run with: the embedded judge overrides some (one call at a time, its window)."""
+    if settings.kind == "local":
+        from monitor.judge.local import local_judge_settings
+
+        return local_judge_settings(settings)
+    return settings
+
+
 def build_evaluators(cache_size: int, item_store: ItemStore | None = None) -> dict[str, Evaluator]:
     items = PersistentItemCache(item_store, cache_size) if item_store else InMemoryItemCache(cache_size)
     evaluators: list[Evaluator] = [
@@ -143,11 +152,7 @@ def build_monitor(settings: Settings, registry: CollectorRegistry | None = None)
     registry.register(StoredAggregatesCollector(lambda _: store.window_aggregates(windows, utc_now()),
                                                 [w for w, _ in windows]))
     delay = settings.source.ingestion_delay_seconds if settings.source.kind == "app_insights" else 0.0
-    judge_settings = settings.judge
-    if judge_settings.kind == "local":
-        from monitor.judge.local import local_judge_settings
-
-        judge_settings = local_judge_settings(judge_settings)
+    judge_settings = effective_judge_settings(settings.judge)
     pipeline = Pipeline(
         source=source,
         store=store,

@@ -26,6 +26,9 @@ from monitor.settings import ENV_PREFIX, Settings, load_settings
 
 log = logging.getLogger("monitor")
 
+EXIT_CODES = ("exit codes: 0 success; 1 a cycle failed (run --once), the judge failed (evaluate) or nothing was "
+              "found (results show); 2 invalid settings, rubric or input")
+
 
 def _configure_logging(level: str) -> None:
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
@@ -97,9 +100,11 @@ def read_conversations(path: Path) -> list[Conversation]:
 
 
 def _cmd_evaluate(args: argparse.Namespace) -> int:
-    from monitor.app import build_evaluators, build_judge
+    from monitor.app import build_evaluators, build_judge, effective_judge_settings
     from monitor.evaluators.base import EvaluationContext
     from monitor.metrics import MonitorMetrics
+    from monitor.models import EvaluationResult
+    from monitor.progress import ProgressBar
     from monitor.rubrics.loader import load_rubric_file
 
     settings = load_settings(args.config)
@@ -110,17 +115,35 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     if evaluator is None:
         raise ConfigError(str(args.rubric), "kind", f"no evaluator for kind {rubric.kind!r}")
     judge = build_judge(settings.judge, MonitorMetrics(CollectorRegistry()))
-    context = EvaluationContext(judge=judge, settings=settings.judge, store_content=settings.store.store_content)
+    judge_settings = effective_judge_settings(settings.judge)
+    context = EvaluationContext(judge=judge, settings=judge_settings, store_content=settings.store.store_content)
+    progress = ProgressBar(len(conversations), "conversations")
 
     async def evaluate_all() -> None:
+        # judge.concurrency conversations in flight; results are printed in input order as soon as they are ready.
+        gate = asyncio.Semaphore(judge_settings.concurrency)
+
+        async def one(conversation: Conversation) -> list[EvaluationResult]:
+            async with gate:
+                results = await evaluator.evaluate(conversation, rubric, context)
+            progress.advance()
+            return results
+
+        tasks = [asyncio.create_task(one(c)) for c in conversations]
         try:
-            for conversation in conversations:
-                for result in await evaluator.evaluate(conversation, rubric, context):
+            for task in tasks:
+                for result in await task:
                     output = result.foundry_output()
                     if result.turn_index is not None:
                         output["turn_index"] = result.turn_index
+                    progress.clear()
                     print(json.dumps(output, ensure_ascii=False), flush=True)
+                    progress.redraw()
         finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            progress.close()
             await judge.aclose()
 
     try:
@@ -187,8 +210,23 @@ def _cmd_config_doc(args: argparse.Namespace) -> int:
     return 0
 
 
+def _version() -> str:
+    """The installed distribution's version, else the package's own (a checkout run with python -m monitor)."""
+    import importlib.metadata
+
+    from monitor import __version__
+
+    try:
+        return importlib.metadata.version("rubric-monitor")
+    except importlib.metadata.PackageNotFoundError:
+        return __version__
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="rubric-monitor", description=__doc__.splitlines()[0] if __doc__ else "")
+    parser = argparse.ArgumentParser(
+        prog="rubric-monitor", epilog=EXIT_CODES,
+        description="Score LLM agent conversations against rubrics with an LLM judge; export Prometheus metrics.")
+    parser.add_argument("--version", action="version", version=f"rubric-monitor {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="run the daemon (or one cycle with --once)")
@@ -210,9 +248,11 @@ def build_parser() -> argparse.ArgumentParser:
     config_doc = sub.add_parser("config-doc", help="print every setting as a Markdown table")
     config_doc.set_defaults(handler=_cmd_config_doc)
 
+    from monitor.results_cli import add_results_commands
     from monitor.rubrics.commands import add_rubrics_commands
 
     add_rubrics_commands(sub)
+    add_results_commands(sub, _config_arg, load_settings)
     return parser
 
 
