@@ -34,7 +34,7 @@ def _configure_logging(level: str) -> None:
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     if logging.getLogger().getEffectiveLevel() > logging.DEBUG:
         # A line per HTTP request and per scheduler tick would bury the daemon's own progress lines.
-        for chatty in ("httpx", "apscheduler"):
+        for chatty in ("httpx", "httpx2", "apscheduler"):
             logging.getLogger(chatty).setLevel(logging.WARNING)
 
 
