@@ -36,6 +36,8 @@ def _configure_logging(level: str) -> None:
         # A line per HTTP request and per scheduler tick would bury the daemon's own progress lines.
         for chatty in ("httpx", "httpx2", "apscheduler"):
             logging.getLogger(chatty).setLevel(logging.WARNING)
+        # azure-identity logs every credential it tried; our error says it in one line.
+        logging.getLogger("azure.identity").setLevel(logging.ERROR)
 
 
 def self_command(subcommand: str, config: Path | None) -> str:
