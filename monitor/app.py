@@ -5,46 +5,50 @@ Only this module chooses implementations; every stage elsewhere sees protocols.
 
 from __future__ import annotations
 
+import errno
+import functools
 import logging
 import os
-import signal
+import socket
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import timedelta
-from types import FrameType
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar
 
 from prometheus_client import CollectorRegistry
 
-from monitor.errors import ConfigError
+from monitor.errors import ConfigError, StoreError
 from monitor.evaluators.adaptive import AdaptiveEvaluator
 from monitor.evaluators.base import EvaluationContext, Evaluator
 from monitor.evaluators.cache import VerdictCache
 from monitor.evaluators.item_cache import InMemoryItemCache, ItemStore, PersistentItemCache
 from monitor.evaluators.static import StaticMetricEvaluator
 from monitor.evaluators.weighted import WeightedEvaluator
+from monitor.exposition import Exposition
 from monitor.health import HealthState, MonitorHTTPServer
 from monitor.judge.base import Judge
 from monitor.judge.charging import ChargingJudge
-from monitor.metrics import MonitorMetrics, StoredAggregatesCollector
+from monitor.metrics import MonitorMetrics
 from monitor.models import utc_now
 from monitor.pipeline import CycleReport, Pipeline
+from monitor.redaction import redact, remember_url_password
+from monitor.rollups import Window, parse_window
 from monitor.rubrics.registry import RubricRegistry
 from monitor.rubrics.schema import Rubric
-from monitor.settings import JudgeSettings, Settings, SourceSettings, read_secret
+from monitor.settings import JudgeSettings, MetricsSettings, Settings, SourceSettings, read_secret
 from monitor.sources.base import TraceSource
 from monitor.store.sql import SqlStore
 
+if TYPE_CHECKING:
+    from monitor.alerts.service import AlertService
+
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
-_WINDOW_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-
-
-def parse_window(window: str) -> float:
-    """``"1h"`` → 3600.0; errors name the setting."""
-    unit = window[-1:]
-    if unit not in _WINDOW_UNITS or not window[:-1].isdigit():
-        raise ConfigError("settings", "metrics.windows", f"{window!r} is not a window like 30m, 1h, 24h or 7d")
-    return int(window[:-1]) * float(_WINDOW_UNITS[unit])
+SHUTDOWN_MARGIN_SECONDS = 5.0
+"""Beyond ``shutdown_grace_seconds``: time to record what finished and close the store."""
 
 
 def build_source(settings: SourceSettings, metrics: MonitorMetrics) -> TraceSource:
@@ -88,7 +92,117 @@ def build_evaluators(cache_size: int, item_store: ItemStore | None = None) -> di
 
 def store_url(settings: Settings) -> str:
     url = read_secret(None, settings.store.url_file, "store.url_file")
+    if url:
+        remember_url_password(url)
     return url or settings.store.url
+
+
+def checked_store_url(settings: Settings) -> str:
+    """The store URL, refused (``ConfigError`` on ``store.url``) when it cannot work: not a URL, an unknown
+    database, a driver that is not installed, an in-memory or missing-directory SQLite file. Nothing connects."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+    url = store_url(settings)
+    try:
+        parsed = make_url(url)
+    except (ArgumentError, ValueError):
+        # The URL is not echoed: it may carry a password.
+        raise ConfigError("settings", "store.url", "is not a database URL like sqlite:///path.db or "
+                                                    "postgresql+psycopg://user@host/db") from None
+    try:
+        dialect = parsed.get_dialect()
+        dialect.import_dbapi()
+    except NoSuchModuleError:
+        raise ConfigError("settings", "store.url", f"unknown database or driver {parsed.drivername!r}") from None
+    except ImportError as exc:
+        hint = " (pip install 'rubric-monitor[postgres]')" if parsed.get_backend_name() == "postgresql" else ""
+        raise ConfigError("settings", "store.url", f"the driver of {parsed.drivername!r} is not installed: "
+                                                    f"no module {exc.name or ''!r}{hint}") from None
+    if parsed.get_backend_name() == "sqlite":
+        database = parsed.database or ""
+        if database in ("", ":memory:") or "mode=memory" in url:
+            # One shared connection between the cycle thread and the scrape thread: writes would fail at random.
+            raise ConfigError("settings", "store.url", "an in-memory SQLite database cannot back the daemon; "
+                                                        "use a file")
+        directory = Path(database).parent
+        if not database.startswith("file:") and not directory.is_dir():
+            raise ConfigError("settings", "store.url", f"the directory {directory} of the SQLite file does not exist")
+    return url
+
+
+def check_metrics_host(settings: MetricsSettings) -> None:
+    try:
+        socket.getaddrinfo(settings.host, settings.port, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError) as exc:
+        raise ConfigError("settings", "metrics.host", f"cannot listen on {settings.host!r}: "
+                                                       f"{getattr(exc, 'strerror', None) or exc}") from None
+
+
+def _listen_error(settings: MetricsSettings, exc: OSError) -> ConfigError:
+    if exc.errno == errno.EADDRINUSE:
+        return ConfigError("settings", "metrics.port", f"{settings.host}:{settings.port} is already in use "
+                                                        "(another rubric-monitor?)")
+    if exc.errno == errno.EACCES:
+        return ConfigError("settings", "metrics.port", f"port {settings.port} needs privileges; use one above 1023")
+    return ConfigError("settings", "metrics.host", f"cannot listen on {settings.host}:{settings.port}: "
+                                                    f"{exc.strerror or exc}")
+
+
+@dataclass
+class Stages:
+    """The stages built from settings, before the pipeline joins them."""
+
+    metrics: MonitorMetrics
+    rubrics: RubricRegistry
+    url: str
+    source: TraceSource | None
+    judge: Judge | None
+
+    def close(self) -> None:
+        if self.source is not None:
+            self.source.close()
+        if self.judge is not None:
+            import asyncio
+
+            asyncio.run(self.judge.aclose())
+
+
+def build_stages(settings: Settings, registry: CollectorRegistry, *, load_model: bool = True) -> Stages:
+    """Build every stage as ``run`` does and refuse with every problem found, not the first. ``check`` passes
+    ``load_model=False``: the embedded model's file is checked, not loaded."""
+    errors: list[ConfigError] = []
+
+    def attempt(build: Callable[[], T]) -> T | None:
+        try:
+            return build()
+        except ConfigError as exc:
+            errors.append(exc)
+            return None
+
+    windows: list[Window] = []
+    for window in settings.metrics.windows:
+        parsed = attempt(functools.partial(parse_window, window))
+        if parsed is not None:
+            windows.append(parsed)
+    metrics = MonitorMetrics(registry, windows, settings.metrics.max_agents_per_rubric)
+    rubrics = RubricRegistry(settings.rubrics.directory, metrics)
+    attempt(rubrics.load)
+    url = attempt(lambda: checked_store_url(settings)) or ""
+    attempt(lambda: check_metrics_host(settings.metrics))
+    source = attempt(lambda: build_source(settings.source, metrics))
+    if settings.judge.kind == "local" and not load_model:
+        from monitor.judge.local import local_model_path
+
+        attempt(lambda: local_model_path(settings.judge.local))
+        judge = None
+    else:
+        judge = attempt(lambda: build_judge(settings.judge, metrics))
+    stages = Stages(metrics, rubrics, url, source, judge)
+    if errors:
+        stages.close()
+        raise ConfigError.collect(errors)
+    return stages
 
 
 @dataclass
@@ -101,16 +215,20 @@ class Monitor:
     pipeline: Pipeline
     health: HealthState
     store: SqlStore
+    alerts: AlertService | None = None
     next_steps: str | None = None
     """Said once, after the first cycle that recorded a verdict: where to look at what the daemon did."""
 
-    def run_cycle(self) -> CycleReport:
+    def run_cycle(self, now: datetime | None = None) -> CycleReport:
         started = utc_now()
         try:
-            report = self.pipeline.run_cycle(started)
+            report = self.pipeline.run_cycle(now or started)
         except Exception as exc:
             log.exception("cycle failed")
             report = CycleReport(started_at=started, finished_at=utc_now(), failures=[f"cycle: {exc!r}"])
+        problem = self.refresh_metrics()
+        if problem:
+            report.failures.append(problem)
         elapsed = ((report.finished_at or utc_now()) - started).total_seconds()
         self.metrics.cycle_duration.observe(elapsed)
         self.metrics.cycles.labels("ok" if report.ok else "failed").inc()
@@ -124,12 +242,45 @@ class Monitor:
             report.spans_read, report.spans_new, report.conversations_ready, dict(report.evaluations),
             dict(report.skipped), report.judge_calls, elapsed, "" if report.ok else f", failures: {report.failures}",
         )
+        self._run_alerts()
         if report.evaluations and self.next_steps:
             log.info("%s", self.next_steps)
             self.next_steps = None
         return report
 
+    def _run_alerts(self) -> None:
+        """Regression alerts after scoring, isolated: their failure is logged and counted, never a failed cycle."""
+        if self.alerts is None:
+            return
+        try:
+            self.alerts.run_cycle(utc_now())
+        except Exception:
+            log.exception("regression alerts failed this cycle (scoring is not affected)")
+            self.metrics.stage_failures.labels("alerts").inc()
+
+    def run_cycles(self) -> None:
+        """One cycle, and at once another while the last one stopped before the backlog ran out (spans read
+        per cycle, evaluations per cycle): a backlog drains at the judge's pace, not one cap per interval."""
+        while True:
+            report = self.run_cycle()
+            if not report.behind or not report.ok or self.pipeline.stop.is_set():
+                return
+
+    def refresh_metrics(self) -> str | None:
+        """End of a cycle: the windowed gauges from the rollups, then every quality family rendered once for the
+        scrapes until the next cycle. Returns the failure, if any (the counters are still served)."""
+        try:
+            self.metrics.quality.refresh(self.store, utc_now())
+        except Exception as exc:
+            log.exception("the rolling-window gauges could not be refreshed; the previous ones are served")
+            self.metrics.stage_failures.labels("metrics").inc()
+            self.metrics.quality.prepare()
+            return f"metrics: {type(exc).__name__}: {exc}"
+        return None
+
     def close(self) -> None:
+        if self.alerts is not None:
+            self.alerts.close(drain_seconds=2.0)  # within the SIGTERM budget of shutdown_grace_seconds
         self.pipeline.close()
         self.pipeline.source.close()
         self.store.close()
@@ -138,19 +289,15 @@ class Monitor:
 def build_monitor(settings: Settings, registry: CollectorRegistry | None = None) -> Monitor:
     """Build every stage from settings. Raises ``ConfigError`` (exit 2) on a bad setting or rubric file."""
     registry = registry or CollectorRegistry()
-    metrics = MonitorMetrics(registry)
-    windows = [(w, parse_window(w)) for w in settings.metrics.windows]
-    rubrics = RubricRegistry(settings.rubrics.directory, metrics)
-    rubrics.load()
-    url = store_url(settings)
-    if url.startswith("sqlite") and (":memory:" in url or url.rstrip("/") in ("sqlite:", "sqlite+pysqlite:")):
-        # One shared connection between the cycle thread and the scrape thread: writes would fail at random.
-        raise ConfigError("settings", "store.url", "an in-memory SQLite database cannot back the daemon; use a file")
-    store = SqlStore(url)
-    source = build_source(settings.source, metrics)
-    judge = build_judge(settings.judge, metrics)
-    registry.register(StoredAggregatesCollector(lambda _: store.window_aggregates(windows, utc_now()),
-                                                [w for w, _ in windows]))
+    stages = build_stages(settings, registry)
+    metrics, rubrics, source, judge = stages.metrics, stages.rubrics, stages.source, stages.judge
+    assert source is not None and judge is not None  # build_stages raises when a stage cannot be built
+    try:
+        store = SqlStore(stages.url)
+    except StoreError as exc:
+        stages.close()
+        raise ConfigError("settings", "store.url", redact(str(exc))) from None
+    metrics.judge_configured(settings.judge.kind, settings.judge.model)
     delay = settings.source.ingestion_delay_seconds if settings.source.kind == "app_insights" else 0.0
     judge_settings = effective_judge_settings(settings.judge)
     pipeline = Pipeline(
@@ -169,11 +316,42 @@ def build_monitor(settings: Settings, registry: CollectorRegistry | None = None)
         sampling_settings=settings.sampling,
         judge_settings=judge_settings,
         completeness_delay=timedelta(seconds=delay),
+        max_spans_per_cycle=settings.max_spans_per_cycle,
+        shutdown_grace_seconds=settings.shutdown_grace_seconds,
     )
     health = HealthState(interval=timedelta(seconds=settings.interval_seconds))
     health.checks["judge"] = lambda: _judge_problem(judge)
+    health.checks["content"] = pipeline.content_problem
+    health.checks["judge calls"] = pipeline.judge_problem
     health.checks["rubrics"] = lambda: "; ".join(f"{k}: {v}" for k, v in rubrics.problems.items()) or None
-    return Monitor(settings, registry, metrics, pipeline, health, store)
+    alerts = build_alerts(settings, store, registry, judge, source.name) if settings.alerts.enabled else None
+    monitor = Monitor(settings, registry, metrics, pipeline, health, store, alerts)
+    # The windows and the counters' label sets from the rollups, before the first scrape.
+    monitor.refresh_metrics()
+    return monitor
+
+
+def build_alerts(settings: Settings, store: SqlStore, registry: CollectorRegistry, judge: Judge | None = None,
+                 source: str | None = None) -> AlertService:
+    """The regression alerts of the daemon (and of ``rubric-monitor regressions``, which passes no judge)."""
+    from monitor.alerts.service import AlertService, check_settings
+
+    alert_settings = settings.alerts
+    notifiers = check_settings(alert_settings, settings.interval_seconds)
+
+    def reasons() -> set[str]:
+        found = set()
+        lag = None if source is None else registry.get_sample_value("rubric_monitor_source_lag_seconds",
+                                                                    {"source": source})
+        if lag is not None and lag > alert_settings.max_source_lag_seconds:
+            found.add("source_behind")
+        if judge is not None and _judge_problem(judge):
+            found.add("judge_unavailable")
+        return found
+
+    host = "localhost" if settings.metrics.host in ("0.0.0.0", "::") else settings.metrics.host
+    return AlertService(alert_settings, store, registry, notifiers, reasons,
+                        generator_url=f"http://{host}:{settings.metrics.port}/metrics")
 
 
 class _Frozen:
@@ -205,11 +383,26 @@ def _store_problem(store: SqlStore) -> str | None:
 def run_daemon(settings: Settings, once: bool = False, results_command: str = "rubric-monitor results") -> int:
     """Run until SIGTERM/SIGINT (exit 0), or one cycle with ``once`` (exit 1 if the cycle failed).
 
-    ``results_command`` is how the user who started the daemon lists its results (told after the first verdict).
-    """
+    A signal at any point exits 0: during start-up before the first cycle; later the cycle in flight starts no
+    new evaluation, and judge calls still in flight after ``shutdown_grace_seconds`` are abandoned (their
+    evaluations stay pending); a second signal exits at once (``shutdown``). ``results_command`` is how the user
+    who started the daemon lists its results, told after the first verdict."""
+    from monitor import shutdown
+
+    shutdown.install()
     monitor = build_monitor(settings)
-    server = MonitorHTTPServer(settings.metrics.host, settings.metrics.port, monitor.registry, monitor.health,
-                               lambda: _store_problem(monitor.store))
+    monitor.pipeline.stop = shutdown.STOP
+    if shutdown.STOP.is_set():
+        log.info("stop requested during start-up: exiting before the first cycle")
+        monitor.close()
+        return 0
+    try:
+        server = MonitorHTTPServer(settings.metrics.host, settings.metrics.port,
+                                   Exposition(monitor.registry, monitor.metrics.quality), monitor.health,
+                                   lambda: _store_problem(monitor.store))
+    except OSError as exc:
+        monitor.close()
+        raise _listen_error(settings.metrics, exc) from None
     server.start()
     host, port = server.address
     log.info("metrics on http://%s:%d/metrics", host, port)
@@ -218,39 +411,35 @@ def run_daemon(settings: Settings, once: bool = False, results_command: str = "r
     try:
         if once:
             return 0 if monitor.run_cycle().ok else 1
-        return _serve(monitor, settings.interval_seconds)
+        return _serve(monitor, settings.interval_seconds, settings.shutdown_grace_seconds)
     finally:
         server.close()
         monitor.close()
 
 
-def _serve(monitor: Monitor, interval: float) -> int:
+def _serve(monitor: Monitor, interval: float, grace: float) -> int:
     from apscheduler.schedulers.background import BackgroundScheduler
 
-    stopping = threading.Event()
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        if stopping.is_set():
-            # A second Ctrl-C: the user will not wait. Nothing is lost: a verdict is recorded in one transaction
-            # and a conversation is marked scored only after it, so the evaluation in flight stays pending.
-            log.warning("signal %d again: exiting now; the evaluation in flight stays pending for the next start",
-                        signum)
-            logging.shutdown()
-            os._exit(128 + signum)
-        log.info("signal %d: finishing the evaluation in flight, then exiting (send it again to exit at once)",
-                 signum)
-        monitor.pipeline.stop.set()
-        stopping.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    stopping = monitor.pipeline.stop
     scheduler = BackgroundScheduler(timezone="UTC")
     scheduler.add_job(
-        monitor.run_cycle, "interval", seconds=interval, id="cycle", next_run_time=utc_now(),
+        monitor.run_cycles, "interval", seconds=interval, id="cycle", next_run_time=utc_now(),
         max_instances=1, coalesce=True, misfire_grace_time=max(1, int(interval)),
     )
     scheduler.start()
     while not stopping.wait(1.0):
         pass
-    scheduler.shutdown(wait=True)  # waits for the cycle in flight, which stops taking new evaluations
+    log.info("stop requested: finishing the evaluations in flight (at most %gs), then exiting; send the signal "
+             "again (Ctrl-C) to exit at once", grace)
+    # The cycle in flight starts no new evaluation and abandons its judge calls after the grace period; a
+    # source query cannot be cancelled that way, so past the grace period (and a margin to record what
+    # finished) the process exits without it.
+    finisher = threading.Thread(target=scheduler.shutdown, kwargs={"wait": True}, name="shutdown", daemon=True)
+    finisher.start()
+    finisher.join(grace + SHUTDOWN_MARGIN_SECONDS)
+    if finisher.is_alive():
+        log.warning("the cycle in flight did not end within %gs of the stop request; exiting without it (its "
+                    "work is read or judged again on the next start)", grace + SHUTDOWN_MARGIN_SECONDS)
+        logging.shutdown()
+        os._exit(0)
     return 0

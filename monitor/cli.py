@@ -31,6 +31,8 @@ EXIT_CODES = ("exit codes: 0 success; 1 a cycle failed (run --once), the judge f
 
 
 def _configure_logging(level: str) -> None:
+    from monitor.redaction import install_log_redaction
+
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     if logging.getLogger().getEffectiveLevel() > logging.DEBUG:
         # A line per HTTP request and per scheduler tick would bury the daemon's own progress lines.
@@ -38,6 +40,8 @@ def _configure_logging(level: str) -> None:
             logging.getLogger(chatty).setLevel(logging.WARNING)
         # azure-identity logs every credential it tried; our error says it in one line.
         logging.getLogger("azure.identity").setLevel(logging.ERROR)
+
+    install_log_redaction()  # no configured secret reaches the logs, whichever module logs it
 
 
 def self_command(subcommand: str, config: Path | None) -> str:
@@ -70,35 +74,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return run_daemon(settings, once=args.once, results_command=self_command("results", args.config))
 
 
-def _numbered_lines(path: Path) -> Iterator[tuple[int, str]]:
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if line.strip():
-                yield number, line
-
-
 def read_conversations(path: Path) -> list[Conversation]:
-    """OTLP JSON lines or OpenAI-chat JSONL, told apart by the first record."""
-    from monitor.chat_format import read_chat_jsonl
+    """OTLP JSON lines or OpenAI-chat JSONL; unreadable lines are logged and counted (``monitor.input_files``)."""
+    from monitor.input_files import read_input_file
 
-    try:
-        first = next(_numbered_lines(path), None)
-    except OSError as exc:
-        raise ConfigError(str(path), None, f"cannot read: {exc.strerror}") from exc
-    if first is None:
-        return []
-    if '"resourceSpans"' in first[1]:
-        from monitor.assemble import assemble
-        from monitor.otlp import parse_otlp_line
-
-        spans = []
-        for number, line in _numbered_lines(path):
-            parsed, rejected = parse_otlp_line(line)
-            for reason, count in rejected.items():
-                log.warning("%s:%d: %d span(s) rejected: %s", path, number, count, reason)
-            spans.extend(parsed)
-        return assemble(spans).conversations
-    return list(read_chat_jsonl(_numbered_lines(path), str(path)))
+    return read_input_file(path).conversations
 
 
 def _cmd_evaluate(args: argparse.Namespace) -> int:
@@ -119,7 +99,17 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     judge = build_judge(settings.judge, MonitorMetrics(CollectorRegistry()))
     judge_settings = effective_judge_settings(settings.judge)
     context = EvaluationContext(judge=judge, settings=judge_settings, store_content=settings.store.store_content)
-    progress = ProgressBar(len(conversations), "conversations")
+    skipped: list[str] = []
+    judged: list[Conversation] = []
+    for conversation in conversations:
+        if not conversation.has_content:
+            # Nothing to judge: a verdict on an empty transcript would be made up.
+            skipped.append(conversation.id)
+            print(f"rubric-monitor: conversation {conversation.id!r} of {args.input} skipped: no_content "
+                  "(no message carries text)", file=sys.stderr)
+            continue
+        judged.append(conversation)
+    progress = ProgressBar(len(judged), "conversations")
 
     async def evaluate_all() -> None:
         # judge.concurrency conversations in flight; results are printed in input order as soon as they are ready.
@@ -131,7 +121,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
             progress.advance()
             return results
 
-        tasks = [asyncio.create_task(one(c)) for c in conversations]
+        tasks = [asyncio.create_task(one(c)) for c in judged]
         try:
             for task in tasks:
                 for result in await task:
@@ -153,27 +143,33 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     except JudgeError as exc:
         print(f"rubric-monitor: the judge failed: {exc}", file=sys.stderr)
         return 1
+    if skipped:
+        print(f"rubric-monitor: {len(skipped)} conversation(s) skipped: no_content", file=sys.stderr)
     return 0
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    from monitor.app import parse_window
-    from monitor.rubrics.registry import RubricRegistry
+    from monitor.alerts.service import check_settings
+    from monitor.app import build_stages
 
     settings = load_settings(args.config)
-    for window in settings.metrics.windows:
-        parse_window(window)
-    registry = RubricRegistry(settings.rubrics.directory)
-    registry.load()
-    for rubric in registry.active():
-        print(f"rubric {rubric.name} version {rubric.version} ({rubric.kind}) for agents {', '.join(rubric.agents)}")
-    if args.explain:
-        if settings.source.kind != "app_insights":
-            print(f"source otlp_file reads {settings.source.path} (no query to explain)")
-        else:
-            from monitor.sources.kql import explain
+    check_settings(settings.alerts, settings.interval_seconds)
+    # Every stage is built as ``run`` builds it (no scheduler, no judge call, no model loaded), so ``check``
+    # refuses what ``run`` refuses, naming every problem at once.
+    stages = build_stages(settings, CollectorRegistry(), load_model=False)
+    try:
+        for rubric in stages.rubrics.active():
+            print(f"rubric {rubric.name} version {rubric.version} ({rubric.kind}) for agents "
+                  f"{', '.join(rubric.agents)}")
+        if args.explain:
+            if settings.source.kind != "app_insights":
+                print(f"source otlp_file reads {settings.source.path} (no query to explain)")
+            else:
+                from monitor.sources.kql import explain
 
-            print(explain(settings.source, utc_now()))
+                print(explain(settings.source, utc_now()))
+    finally:
+        stages.close()
     print("settings and rubrics are valid")
     return 0
 
@@ -185,14 +181,17 @@ def _describe_fields(model: type[BaseModel], prefix: str) -> Iterator[tuple[str,
         nested = [a for a in getattr(annotation, "__args__", (annotation,)) if isinstance(a, type)
                   and issubclass(a, BaseModel)]
         if nested and getattr(annotation, "__origin__", None) is not dict:
+            if getattr(annotation, "__origin__", None) is tuple:
+                # A list of sections (notifiers, silences): each item has these fields.
+                key = f"{key}[]"
             for sub in nested:
                 label = f"{key}." if len(nested) == 1 else f"{key}.({sub.model_fields['kind'].default}) "
                 yield from _describe_fields(sub, label if len(nested) == 1 else f"{key}.")
             continue
         default = info.get_default(call_default_factory=True)
-        shown = "" if default is None else json.dumps(default.get_secret_value() if hasattr(
-            default, "get_secret_value") else default, default=str)
-        env = ENV_PREFIX + key.replace(".", "__").upper()
+        shown = "(required)" if info.is_required() else "" if default is None else json.dumps(
+            default.get_secret_value() if hasattr(default, "get_secret_value") else default, default=str)
+        env = "(in the file)" if "[]" in key else ENV_PREFIX + key.replace(".", "__").upper()
         yield key, shown, env, (info.description or "").replace("\n", " ")
 
 
@@ -255,16 +254,29 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_rubrics_commands(sub)
     add_results_commands(sub, _config_arg, load_settings)
+    from monitor.store.cli import add_db_commands
+
+    add_db_commands(sub)
+    from monitor.alerts.cli import add_alert_commands
+
+    add_alert_commands(sub, _config_arg)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.handler is not _cmd_run:
+        from monitor import shutdown
+
+        shutdown.release()  # only the daemon treats SIGTERM as a stop request
     try:
         result: Any = args.handler(args)
         return int(result)
     except ConfigError as exc:
-        print(f"rubric-monitor: error: {exc}", file=sys.stderr)
+        from monitor.redaction import redact
+
+        for problem in exc.all:
+            print(redact(f"rubric-monitor: error: {problem}"), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

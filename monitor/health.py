@@ -18,9 +18,9 @@ from datetime import datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-
+from monitor.exposition import Exposition
 from monitor.models import utc_now
+from monitor.redaction import redact
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +47,8 @@ class HealthState:
             problem = check()
             if problem:
                 found.append(f"{name}: {problem}")
-        return found
+        # An endpoint's error body may echo our key back; what we serve never carries a configured secret.
+        return [redact(p) for p in found]
 
     def alive(self, now: datetime | None = None) -> bool:
         now = now or utc_now()
@@ -58,17 +59,19 @@ class HealthState:
 class MonitorHTTPServer:
     """Serves ``/metrics``, ``/livez``, ``/healthz`` and ``/readyz`` on a background thread."""
 
-    def __init__(self, host: str, port: int, registry: CollectorRegistry, health: HealthState,
+    def __init__(self, host: str, port: int, exposition: Exposition, health: HealthState,
                  ready: Callable[[], str | None]) -> None:
-        outer_registry, outer_health, outer_ready = registry, health, ready
+        outer_exposition, outer_health, outer_ready = exposition, health, ready
 
         class Handler(BaseHTTPRequestHandler):
             def log_message(self, format: str, *args: Any) -> None:
                 log.debug("http: " + format, *args)
 
-            def _send(self, status: int, body: bytes, content_type: str) -> None:
+            def _send(self, status: int, body: bytes, content_type: str, encoding: str | None = None) -> None:
                 self.send_response(status)
                 self.send_header("Content-Type", content_type)
+                if encoding:
+                    self.send_header("Content-Encoding", encoding)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)
@@ -79,7 +82,9 @@ class MonitorHTTPServer:
             def do_GET(self) -> None:
                 path = self.path.split("?", 1)[0]
                 if path == "/metrics":
-                    self._send(200, generate_latest(outer_registry), CONTENT_TYPE_LATEST)
+                    scrape = outer_exposition.scrape(self.headers.get("Accept", ""),
+                                                     self.headers.get("Accept-Encoding", ""))
+                    self._send(200, scrape.body, scrape.content_type, scrape.content_encoding)
                 elif path == "/livez":
                     alive = outer_health.alive()
                     self._json(200 if alive else 503, {"status": "ok" if alive else "stuck"})
@@ -89,6 +94,7 @@ class MonitorHTTPServer:
                                {"status": "degraded" if problems else "ok", "problems": problems})
                 elif path == "/readyz":
                     problem = outer_ready()
+                    problem = None if problem is None else redact(problem)
                     self._json(503 if problem else 200, {"status": "not_ready" if problem else "ok",
                                                          "problem": problem})
                 else:

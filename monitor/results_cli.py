@@ -60,12 +60,13 @@ def open_store(settings: Settings) -> SqlStore:
     return SqlStore(url)
 
 
+_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
 def parse_since(value: str, now: datetime) -> datetime:
     """``30m``, ``24h``, ``7d`` back from now, or an ISO 8601 time (UTC when it names no zone)."""
-    from monitor.app import parse_window
-
-    if value[-1:] in "smhdw" and value[:-1].isdigit():
-        return now - timedelta(seconds=parse_window(value))
+    if value[-1:] in _SECONDS and value[:-1].isdigit():
+        return now - timedelta(seconds=int(value[:-1]) * _SECONDS[value[-1]])
     try:
         return as_utc(datetime.fromisoformat(value))
     except ValueError:

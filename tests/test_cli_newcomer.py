@@ -103,8 +103,8 @@ def test_a_second_ctrl_c_exits_at_once_and_the_evaluation_in_flight_stays_pendin
     output = (tmp_path / "daemon.log").read_text()
     assert code == 128 + signal.SIGINT, output
     assert exited_after < 5, output
-    assert "send it again to exit at once" in output
-    assert "exiting now; the evaluation in flight stays pending" in output
+    assert "again (Ctrl-C) to exit at once" in output
+    assert "received again: exiting now; the evaluation in flight stays pending" in output
     store = SqlStore(f"sqlite:///{tmp_path / 'results.db'}")
     try:
         assert store.results() == []

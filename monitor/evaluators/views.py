@@ -43,7 +43,15 @@ async def judge_each_reply(
     if not units:
         return [unscored_result(conversation, rubric, context, None, JudgeUsage(), "no_response",
                                 "The agent gave no reply with text to judge.")]
-    return [await judge_one(unit) for unit in units]
+    return [await judge_one(unit) for unit in units if unit.turn_index not in context.done_turns]
+
+
+def expected_turns(conversation: Conversation, rubric: RubricBase) -> set[int] | None:
+    """The turn keys a complete turn-level evaluation records (-1 when the agent never replied: one unscored
+    result); None for a conversation-level one, which records its results in one go."""
+    if getattr(rubric, "evaluation_level", "conversation") != "turn":
+        return None
+    return set(reply_indices(conversation)) or {-1}
 
 
 def reply_indices(conversation: Conversation) -> list[int]:

@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from monitor.documents import MAX_DOCUMENT_BYTES, DocumentError, decode_document
 from monitor.errors import RubricError
 from monitor.metrics import MonitorMetrics
 from monitor.rubrics.loader import check_unique, load_rubric_text, rubric_files
@@ -70,16 +71,17 @@ def _stamp(path: Path) -> tuple[int, int]:
 
 def _read(path: Path) -> tuple[tuple[int, int], str, str]:
     """Stamp, SHA-256 and text of a file; the stamp is taken first so a write during the read is seen next
-    time."""
+    time. At most ``MAX_DOCUMENT_BYTES`` are read: a huge file is refused, not loaded."""
     try:
         stamp = _stamp(path)
-        raw = path.read_bytes()
+        with path.open("rb") as handle:
+            raw = handle.read(MAX_DOCUMENT_BYTES + 1)
     except OSError as exc:
         raise RubricError(str(path), None, f"cannot read: {exc.strerror}") from exc
     try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise RubricError(str(path), None, f"not UTF-8 text: {exc.reason} at byte {exc.start}") from exc
+        text = decode_document(raw)
+    except DocumentError as exc:
+        raise RubricError(str(path), None, str(exc)) from None
     return stamp, hashlib.sha256(raw).hexdigest(), text
 
 
@@ -98,12 +100,18 @@ class RubricRegistry:
     # -- reading ------------------------------------------------------------------------------------------
 
     def load(self) -> list[Rubric]:
-        """Read every file; the first invalid file, or two files with one rubric name, raise
-        ``RubricError``."""
+        """Read every file; invalid files, or two files with one rubric name, raise ``RubricError`` naming
+        every problem (the first, carrying the others)."""
         files: dict[Path, _FileState] = {}
+        errors: list[RubricError] = []
         for path in rubric_files(self.directory):
-            stamp, digest, text = _read(path)
-            files[path] = _FileState(stamp, digest, load_rubric_text(text, path))
+            try:
+                stamp, digest, text = _read(path)
+                files[path] = _FileState(stamp, digest, load_rubric_text(text, path))
+            except RubricError as exc:
+                errors.append(exc)
+        if errors:
+            raise RubricError.collect(errors)
         rubrics = [s.rubric for s in files.values() if s.rubric is not None]
         check_unique(rubrics, (str(p) for p in files))
         with self._lock:
@@ -177,7 +185,7 @@ class RubricRegistry:
                 raise RubricError(str(path), "name", f"rubric name {rubric.name!r} is also used by {other}")
 
     def _report(self, work: _Refresh, key: str, exc: RubricError) -> None:
-        message = str(exc)
+        message = "; ".join(str(problem) for problem in exc.all)
         work.rejected.append(key)
         if work.problems.get(key) == message:
             return  # reported already; an unchanged broken file is not a new error every cycle
@@ -201,9 +209,10 @@ class RubricRegistry:
             return
         current: set[tuple[str, str, str]] = {(r.name, r.version or "", r.kind) for r in self.active()}
         for labels in self._published - current:
-            self._metrics.rubric_active.remove(*labels)
+            self._metrics.rubric_info.remove(*labels)
         for labels in current - self._published:
-            self._metrics.rubric_active.labels(*labels).set(1)
+            self._metrics.rubric_info.labels(*labels).set(1)
+            self._metrics.rubric_active(labels[0])
         self._published = current
 
     @staticmethod

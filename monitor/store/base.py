@@ -8,15 +8,37 @@ is recorded exactly once, and a conversation already scored is never sent to the
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import date, datetime
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
-from monitor.metrics import WindowAggregate
 from monitor.models import EvaluationResult, SpanRecord
 
 LatePolicy = Literal["ignore", "rescore"]
+
+BUCKET_SECONDS = 3600
+"""Rollups are hourly: a rolling window is a sum over its hours."""
+RollupKey = tuple[str, str, str, str]
+"""(rubric, rubric version, agent, dimension); dimension "" is the overall verdict."""
+RollupSums = tuple[int, int, int, float]
+"""(scored, passed, unscored, score sum); a dimension row counts its applicable scores in ``scored``."""
+
+
+def bucket_of(ts: float) -> int:
+    """The start (epoch seconds) of the hour holding ``ts``."""
+    return int(ts // BUCKET_SECONDS) * BUCKET_SECONDS
+
+
+@dataclass(frozen=True)
+class RollupChanges:
+    """Changes this process made to the rollups of past hours since the last drain."""
+
+    changes: tuple[tuple[int, RollupKey, RollupSums], ...]
+    """(hour, key, signed sums added)."""
+    overflowed: bool = False
+    """Too many to keep, or the rollups were rebuilt: every window must be read again."""
 
 
 @dataclass(frozen=True)
@@ -38,6 +60,20 @@ class PendingConversation:
     last_span_at: datetime
 
 
+@dataclass(frozen=True)
+class FailedAttempt:
+    at: datetime
+    error: str
+    calls: int
+
+
+@dataclass(frozen=True)
+class Backlog:
+    ready: int
+    oldest: datetime | None
+    future: int
+
+
 class ResultStore(Protocol):
     def checkpoint(self, source: str) -> str | None: ...
 
@@ -48,24 +84,45 @@ class ResultStore(Protocol):
         ...
 
     def ready_conversations(self, idle_before: datetime, started_before: datetime,
-                            limit: int | None = None) -> list[PendingConversation]:
+                            limit: int | None = None,
+                            after: tuple[datetime, str] | None = None) -> list[PendingConversation]:
         """Unscored conversations whose last span is older than ``idle_before`` or whose first span is older than
-        ``started_before``, oldest first, at most ``limit``."""
+        ``started_before``, oldest first (by first span, then key), at most ``limit``, from just after the
+        (first span, key) ``after``."""
+        ...
+
+    def backlog(self, idle_before: datetime, started_before: datetime, future_after: datetime) -> Backlog:
+        """How many conversations are ready and unscored (as ``ready_conversations`` tells) and the first span
+        of the oldest; how many unscored ones start after ``future_after``."""
         ...
 
     def spans_of(self, key: str) -> list[SpanRecord]: ...
 
     def has_result(self, conversation_id: str, rubric: str, rubric_version: str, revision: int) -> bool: ...
 
+    def recorded_turns(self, conversation_id: str, rubric: str, rubric_version: str, revision: int) -> set[int]:
+        """Turn keys of the results recorded for this evaluation (-1 for a whole-conversation verdict): a
+        turn-level evaluation cut short by a crash is finished from here, each turn recorded once."""
+        ...
+
     def record(self, result: EvaluationResult) -> bool:
         """Insert a result; False (and nothing written) when the same verdict is already stored."""
         ...
 
-    def record_failure(self, key: str, rubric: str, revision: int) -> int:
-        """Count a failed attempt to judge (the judge was unreachable); returns the attempts so far."""
+    def record_failure(self, key: str, rubric: str, revision: int, error: str = "", calls: int = 0) -> int:
+        """Count a failed attempt to judge (the judge was unreachable), with its error and the judge calls it
+        made; returns the attempts so far."""
+        ...
+
+    def failed_attempts(self, key: str, rubric: str, revision: int) -> list[FailedAttempt]:
+        """The failed attempts recorded for an evaluation, oldest first (its audit trail once given up)."""
         ...
 
     def mark_scored(self, key: str, revision: int) -> None: ...
+
+    def mark_scored_many(self, items: Sequence[tuple[str, int]]) -> None:
+        """``mark_scored`` for many (key, revision) pairs in one transaction (conversations nothing samples)."""
+        ...
 
     def add_usage(self, rubric: str, day: date, tokens: int, usd: float) -> None: ...
 
@@ -73,8 +130,20 @@ class ResultStore(Protocol):
 
     def results(self, conversation_id: str | None = None, current_only: bool = False) -> list[EvaluationResult]: ...
 
-    def window_aggregates(self, windows: Iterable[tuple[str, float]], now: datetime) -> list[WindowAggregate]:
-        """Pass rate and dimension means of current scored results, per window (name, seconds)."""
+    def rollup_sums(self, first_bucket: int, last_bucket: int) -> dict[RollupKey, RollupSums]:
+        """Rollups summed over the hours ``first_bucket`` to ``last_bucket`` (both included), per key."""
+        ...
+
+    def rollups_frozen(self) -> AbstractContextManager[Any]:
+        """While held, no result is recorded by this process (a consistent drain-and-read)."""
+        ...
+
+    def drain_rollup_changes(self) -> RollupChanges: ...
+
+    def prune_rollups(self, before_bucket: int) -> int: ...
+
+    def rebuild_rollups(self) -> int:
+        """Recompute every rollup from the current results; returns the rows written."""
         ...
 
     def prune(self, scored_before: datetime) -> int:

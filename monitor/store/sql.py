@@ -5,15 +5,17 @@ Times are stored as UTC epoch seconds (floats): exact to compare on every backen
 
 from __future__ import annotations
 
+import threading
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, date, datetime
 from typing import Any
 
 from sqlalchemy import (
     Boolean,
     Column,
+    ColumnElement,
     Connection,
     Float,
     Integer,
@@ -28,17 +30,29 @@ from sqlalchemy import (
     delete,
     func,
     insert,
+    literal,
     select,
     update,
 )
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.pool import StaticPool
 
 from monitor.assemble import conversation_key
 from monitor.errors import StoreError
-from monitor.metrics import WindowAggregate
 from monitor.models import EvaluationResult, SpanRecord
-from monitor.store.base import LatePolicy, PendingConversation, StoredSpans
+from monitor.store.base import (
+    BUCKET_SECONDS,
+    Backlog,
+    FailedAttempt,
+    LatePolicy,
+    PendingConversation,
+    RollupChanges,
+    RollupKey,
+    RollupSums,
+    StoredSpans,
+    bucket_of,
+)
 
 metadata = MetaData()
 
@@ -87,6 +101,12 @@ results_table = Table(
     Column("score", Float),
     Column("evaluated_ts", Float, nullable=False, index=True),
     Column("payload", Text, nullable=False),  # the whole EvaluationResult as JSON
+    # Regression alerts compare results only within one (rubric version, judge model, prompt version), and by agent
+    # version for release regressions; unscored_reason tells judge errors from other unscored results.
+    Column("judge_model", Text),
+    Column("prompt_version", Text),
+    Column("agent_version", Text),
+    Column("unscored_reason", Text),
     UniqueConstraint("conversation_id", "rubric", "rubric_version", "turn_key", "revision", name="uq_result"),
 )
 dimensions_table = Table(
@@ -107,12 +127,64 @@ failures_table = Table(
     Column("revision", Integer, primary_key=True),
     Column("attempts", Integer, nullable=False),
 )
+failure_log_table = Table(
+    "judge_failure_log", metadata,
+    Column("conversation_key", Text, primary_key=True),
+    Column("rubric", String(256), primary_key=True),
+    Column("revision", Integer, primary_key=True),
+    Column("attempt", Integer, primary_key=True),
+    Column("at_ts", Float, nullable=False),
+    Column("error", Text, nullable=False),
+    Column("calls", Integer, nullable=False),
+)
 usage_table = Table(
     "judge_usage_daily", metadata,
     Column("rubric", String(256), primary_key=True),
     Column("day", String(10), primary_key=True),
     Column("tokens", Integer, nullable=False),
     Column("usd", Float, nullable=False),
+)
+
+# Regression alerts (monitor/alerts/store.py): lifecycle state per alert key, the events it emitted (transitions and
+# annotations, unique by key so a restart never emits one twice) and the notification outbox (one row per event and
+# notifier, marked when delivered, so a restart neither re-sends nor forgets).
+alert_states_table = Table(
+    "alert_states", metadata,
+    Column("key", Text, primary_key=True),
+    Column("payload", Text, nullable=False),
+    Column("updated_ts", Float, nullable=False),
+)
+alert_events_table = Table(
+    "alert_events", metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("key", Text, nullable=False, unique=True),
+    Column("kind", String(16), nullable=False),  # firing | resolved | annotation | test
+    Column("ts", Float, nullable=False, index=True),
+    Column("payload", Text, nullable=False),
+)
+notification_outbox_table = Table(
+    "notification_outbox", metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("event_id", Integer, nullable=False),
+    Column("notifier", String(128), nullable=False),
+    Column("status", String(16), nullable=False, index=True),  # pending | sent | failed | silenced
+    Column("attempts", Integer, nullable=False),
+    Column("updated_ts", Float, nullable=False),
+)
+rollups_table = Table(
+    "quality_rollups", metadata,
+    # Hourly sums of current results, kept in the transaction that records a result, so a rolling window is a
+    # sum over a few hundred rows per series instead of a scan of every result in it. The bucket leads the key:
+    # reading one hour, or pruning old ones, is a range of the primary key.
+    Column("bucket_ts", Integer, primary_key=True),  # epoch seconds of the hour's start (UTC)
+    Column("rubric", String(256), primary_key=True),
+    Column("rubric_version", Text, primary_key=True),
+    Column("agent", Text, primary_key=True),
+    Column("dimension", String(128), primary_key=True),  # "" for the overall verdict, else a dimension id
+    Column("scored", Integer, nullable=False),  # scored results (overall row) or applicable scores (dimension row)
+    Column("passed", Integer, nullable=False),  # overall row only
+    Column("unscored", Integer, nullable=False),  # overall row only
+    Column("score_sum", Float, nullable=False),  # overall score (0..1) or dimension score (1..5) sum
 )
 
 items_table = Table(
@@ -123,6 +195,8 @@ items_table = Table(
 )
 
 _CHUNK = 500
+_MAX_LATE_CHANGES = 50_000
+"""Rollup changes to past hours kept for ``drain_rollup_changes``; beyond it the reader is told to reload."""
 
 
 def _text(value: str) -> str:
@@ -144,6 +218,25 @@ def _dt(value: float) -> datetime:
     return datetime.fromtimestamp(value, UTC)
 
 
+def _add_to_rollup(rollup: dict[tuple[int, RollupKey], RollupSums], ts: float, rubric: str, version: str,
+                   agent: str, outcome: str, score: float | None, dimension_scores: Sequence[tuple[str, int]],
+                   sign: int) -> None:
+    """Add (sign 1) or take out (sign -1) one result's share of its hour's rollup rows."""
+    bucket = bucket_of(ts)
+
+    def add(dimension: str, scored: int, passed: int, unscored: int, total: float) -> None:
+        old = rollup.get((bucket, (rubric, version, agent, dimension)), (0, 0, 0, 0.0))
+        rollup[(bucket, (rubric, version, agent, dimension))] = (
+            old[0] + sign * scored, old[1] + sign * passed, old[2] + sign * unscored, old[3] + sign * total)
+
+    if outcome == "unscored":
+        add("", 0, 0, 1, 0.0)
+        return
+    add("", 1, int(outcome == "pass"), 0, score or 0.0)
+    for dimension, value in dimension_scores:
+        add(dimension, 1, 0, 0, float(value))
+
+
 class SqlStore:
     """``ResultStore`` over any SQLAlchemy URL; creates its tables on first use."""
 
@@ -153,6 +246,9 @@ class SqlStore:
         if url.startswith("sqlite") and (url.endswith(":memory:") or url in ("sqlite://", "sqlite+pysqlite://")):
             # One shared connection, or every new connection would see a new, empty database.
             kwargs = {"poolclass": StaticPool, "connect_args": {"check_same_thread": False}}
+        self._rollup_lock = threading.RLock()
+        self._late_changes: list[tuple[int, RollupKey, RollupSums]] = []
+        self._late_overflow = False
         try:
             self._engine = create_engine(url, future=True, **kwargs)
             metadata.create_all(self._engine)
@@ -171,6 +267,10 @@ class SqlStore:
             raise
         except SQLAlchemyError as exc:
             raise StoreError(f"store {self._safe_url()}: {exc}") from exc
+
+    def transaction(self) -> AbstractContextManager[Connection]:
+        """A transaction for the tables of other features on the same database (regression alerts)."""
+        return self._tx()
 
     # ① checkpoints and spans -----------------------------------------------------------------------------------
 
@@ -296,16 +396,35 @@ class SqlStore:
     # ② conversations -------------------------------------------------------------------------------------------
 
     def ready_conversations(self, idle_before: datetime, started_before: datetime,
-                            limit: int | None = None) -> list[PendingConversation]:
+                            limit: int | None = None,
+                            after: tuple[datetime, str] | None = None) -> list[PendingConversation]:
         c = conversations_table.c
         query = (select(c.key, c.revision, c.first_span_ts, c.last_span_ts)
                  .where(c.status == "pending")
-                 .where((c.last_span_ts <= _ts(idle_before)) | (c.first_span_ts <= _ts(started_before)))
+                 .where(self._ready(idle_before, started_before))
                  .order_by(c.first_span_ts, c.key)
                  .limit(limit))
+        if after is not None:
+            first, key = _ts(after[0]), after[1]
+            query = query.where((c.first_span_ts > first) | ((c.first_span_ts == first) & (c.key > key)))
         with self._tx() as conn:
             rows = conn.execute(query).all()
         return [PendingConversation(r.key, r.revision, _dt(r.first_span_ts), _dt(r.last_span_ts)) for r in rows]
+
+    @staticmethod
+    def _ready(idle_before: datetime, started_before: datetime) -> ColumnElement[bool]:
+        c = conversations_table.c
+        return (c.last_span_ts <= _ts(idle_before)) | (c.first_span_ts <= _ts(started_before))
+
+    def backlog(self, idle_before: datetime, started_before: datetime, future_after: datetime) -> Backlog:
+        c = conversations_table.c
+        pending = c.status == "pending"
+        with self._tx() as conn:
+            ready, oldest = conn.execute(select(func.count(), func.min(c.first_span_ts))
+                                         .where(pending, self._ready(idle_before, started_before))).one()
+            future = conn.execute(select(func.count()).where(pending, c.first_span_ts > _ts(future_after))
+                                  ).scalar_one()
+        return Backlog(int(ready), None if oldest is None else _dt(float(oldest)), int(future))
 
     def spans_of(self, key: str) -> list[SpanRecord]:
         query = (select(spans_table.c.payload).where(spans_table.c.conversation_key == key)
@@ -314,10 +433,20 @@ class SqlStore:
             return [SpanRecord.model_validate_json(p) for p in conn.execute(query).scalars()]
 
     def mark_scored(self, key: str, revision: int) -> None:
+        self.mark_scored_many([(key, revision)])
+
+    def mark_scored_many(self, items: Sequence[tuple[str, int]]) -> None:
+        c = conversations_table.c
+        now = datetime.now(UTC).timestamp()
+        by_revision: dict[int, list[str]] = defaultdict(list)
+        for key, revision in items:
+            by_revision[revision].append(key)
         with self._tx() as conn:
-            conn.execute(update(conversations_table)
-                         .where(and_(conversations_table.c.key == key, conversations_table.c.revision == revision))
-                         .values(status="scored", scored_ts=datetime.now(UTC).timestamp()))
+            for revision, keys in by_revision.items():
+                for start in range(0, len(keys), _CHUNK):
+                    conn.execute(update(conversations_table)
+                                 .where(c.key.in_(keys[start:start + _CHUNK]), c.revision == revision)
+                                 .values(status="scored", scored_ts=now))
 
     # ④⑤ results -------------------------------------------------------------------------------------------------
 
@@ -329,42 +458,102 @@ class SqlStore:
         with self._tx() as conn:
             return bool(conn.execute(query).scalar_one())
 
+    def recorded_turns(self, conversation_id: str, rubric: str, rubric_version: str, revision: int) -> set[int]:
+        c = results_table.c
+        query = select(c.turn_key).where(and_(
+            c.conversation_id == _text(conversation_id), c.rubric == rubric,
+            c.rubric_version == _text(rubric_version), c.revision == revision))
+        with self._tx() as conn:
+            return {int(turn) for turn in conn.execute(query).scalars()}
+
     def record(self, result: EvaluationResult) -> bool:
         c = results_table.c
         turn_key = -1 if result.turn_index is None else result.turn_index
         ts = _ts(result.evaluated_at)
+        rollup: dict[tuple[int, RollupKey], RollupSums] = {}
         try:
-            with self._tx() as conn:
+            with self._rollup_lock, self._tx() as conn:
                 if result.revision > 0:
                     superseded = and_(c.conversation_id == _text(result.conversation_id), c.rubric == result.rubric,
                                       c.turn_key == turn_key, c.revision < result.revision)
-                    old_ids = list(conn.execute(select(c.id).where(superseded)).scalars())
+                    self._retract(conn, superseded, rollup)
                     conn.execute(update(results_table).where(superseded).values(current=False))
-                    if old_ids:
-                        conn.execute(update(dimensions_table).where(dimensions_table.c.result_id.in_(old_ids))
-                                     .values(current=False))
                 inserted = conn.execute(insert(results_table).values(
                     conversation_id=_text(result.conversation_id), rubric=result.rubric,
                     rubric_version=_text(result.rubric_version), turn_key=turn_key, revision=result.revision,
                     current=True, agent=_text(result.agent), outcome=result.outcome, score=result.score,
-                    evaluated_ts=ts, payload=result.model_dump_json()))
+                    evaluated_ts=ts, payload=result.model_dump_json(), judge_model=_text(result.judge_model),
+                    prompt_version=result.prompt_version,
+                    agent_version=None if result.agent_version is None else _text(result.agent_version),
+                    unscored_reason=None if result.unscored_reason is None else _text(result.unscored_reason)))
                 primary_key = inserted.inserted_primary_key
                 if primary_key is None:
                     raise StoreError("store returned no id for the new result row")
                 result_id = primary_key[0]
-                dimension_rows = [
-                    {"result_id": result_id, "dimension": d.id, "rubric": result.rubric,
-                     "rubric_version": _text(result.rubric_version), "agent": _text(result.agent), "score": d.score,
-                     "current": True, "evaluated_ts": ts}
-                    for d in result.dimension_scores if d.applicable and d.score is not None
-                ]
-                if dimension_rows and result.outcome != "unscored":
-                    conn.execute(insert(dimensions_table), dimension_rows)
+                scores = [(d.id, d.score) for d in result.dimension_scores
+                          if d.applicable and d.score is not None and result.outcome != "unscored"]
+                if scores:
+                    conn.execute(insert(dimensions_table), [
+                        {"result_id": result_id, "dimension": dimension, "rubric": result.rubric,
+                         "rubric_version": _text(result.rubric_version), "agent": _text(result.agent),
+                         "score": score, "current": True, "evaluated_ts": ts}
+                        for dimension, score in scores
+                    ])
+                _add_to_rollup(rollup, ts, result.rubric, _text(result.rubric_version), _text(result.agent),
+                               result.outcome, result.score, scores, 1)
+                self._apply_rollup(conn, rollup)
+            self._note_late_changes(rollup)
         except IntegrityError:
             if self.has_result(result.conversation_id, result.rubric, result.rubric_version, result.revision):
                 return False
             raise StoreError(f"result of conversation {result.conversation_id!r} violates a constraint") from None
         return True
+
+    def _retract(self, conn: Connection, superseded: Any, rollup: dict[tuple[int, RollupKey], RollupSums]) -> None:
+        """Take the current results about to be superseded out of the rollups (and mark their dimensions)."""
+        c, d = results_table.c, dimensions_table.c
+        old = conn.execute(select(c.id, c.rubric, c.rubric_version, c.agent, c.outcome, c.score, c.evaluated_ts)
+                           .where(and_(superseded, c.current.is_(True)))).all()
+        if not old:
+            return
+        ids = [row.id for row in old]
+        dimension_scores: dict[int, list[tuple[str, int]]] = defaultdict(list)
+        for score_row in conn.execute(select(d.result_id, d.dimension, d.score)
+                                      .where(and_(d.result_id.in_(ids), d.current.is_(True)))):
+            dimension_scores[score_row.result_id].append((score_row.dimension, score_row.score))
+        for row in old:
+            _add_to_rollup(rollup, row.evaluated_ts, row.rubric, row.rubric_version, row.agent, row.outcome,
+                           row.score, dimension_scores[row.id], -1)
+        conn.execute(update(dimensions_table).where(d.result_id.in_(ids)).values(current=False))
+
+    def _apply_rollup(self, conn: Connection, rollup: dict[tuple[int, RollupKey], RollupSums]) -> None:
+        rows = [{"bucket_ts": bucket, "rubric": key[0], "rubric_version": key[1], "agent": key[2],
+                 "dimension": key[3], "scored": sums[0], "passed": sums[1], "unscored": sums[2],
+                 "score_sum": sums[3]} for (bucket, key), sums in rollup.items()]
+        if not rows:
+            return
+        r = rollups_table.c
+        dialect = self._engine.dialect.name
+        statement = (postgresql.insert(rollups_table) if dialect == "postgresql" else sqlite.insert(rollups_table))
+        excluded = statement.excluded
+        conn.execute(statement.on_conflict_do_update(
+            index_elements=[r.bucket_ts, r.rubric, r.rubric_version, r.agent, r.dimension],
+            set_={"scored": r.scored + excluded.scored, "passed": r.passed + excluded.passed,
+                  "unscored": r.unscored + excluded.unscored, "score_sum": r.score_sum + excluded.score_sum},
+        ), rows)
+
+    def _note_late_changes(self, rollup: dict[tuple[int, RollupKey], RollupSums]) -> None:
+        """Remember changes to hours already past (a superseded result, a late record) for the window reader,
+        which reads the current hour itself."""
+        current = bucket_of(datetime.now(UTC).timestamp())
+        late = [(bucket, key, sums) for (bucket, key), sums in rollup.items() if bucket < current]
+        if not late:
+            return
+        if len(self._late_changes) + len(late) > _MAX_LATE_CHANGES:
+            self._late_overflow = True
+            self._late_changes.clear()
+        else:
+            self._late_changes.extend(late)
 
     def results(self, conversation_id: str | None = None, current_only: bool = False) -> list[EvaluationResult]:
         query = select(results_table.c.payload).order_by(results_table.c.id)
@@ -391,7 +580,7 @@ class SqlStore:
         with self._tx() as conn:
             return [EvaluationResult.model_validate_json(p) for p in conn.execute(query.limit(limit)).scalars()]
 
-    def record_failure(self, key: str, rubric: str, revision: int) -> int:
+    def record_failure(self, key: str, rubric: str, revision: int, error: str = "", calls: int = 0) -> int:
         f = failures_table.c
         where = and_(f.conversation_key == key, f.rubric == rubric, f.revision == revision)
         with self._tx() as conn:
@@ -399,9 +588,21 @@ class SqlStore:
             if attempts is None:
                 conn.execute(insert(failures_table).values(conversation_key=key, rubric=rubric, revision=revision,
                                                            attempts=1))
-                return 1
-            conn.execute(update(failures_table).where(where).values(attempts=attempts + 1))
-            return int(attempts) + 1
+            else:
+                conn.execute(update(failures_table).where(where).values(attempts=attempts + 1))
+            attempt = 1 if attempts is None else int(attempts) + 1
+            conn.execute(insert(failure_log_table).values(
+                conversation_key=key, rubric=rubric, revision=revision, attempt=attempt,
+                at_ts=datetime.now(UTC).timestamp(), error=_text(error), calls=calls))
+            return attempt
+
+    def failed_attempts(self, key: str, rubric: str, revision: int) -> list[FailedAttempt]:
+        f = failure_log_table.c
+        query = (select(f.at_ts, f.error, f.calls)
+                 .where(and_(f.conversation_key == key, f.rubric == rubric, f.revision == revision))
+                 .order_by(f.attempt))
+        with self._tx() as conn:
+            return [FailedAttempt(_dt(r.at_ts), str(r.error), int(r.calls)) for r in conn.execute(query)]
 
     # budgets ---------------------------------------------------------------------------------------------------
 
@@ -423,32 +624,69 @@ class SqlStore:
 
     # ⑥ aggregates ----------------------------------------------------------------------------------------------
 
-    def window_aggregates(self, windows: Iterable[tuple[str, float]], now: datetime) -> list[WindowAggregate]:
-        r, d = results_table.c, dimensions_table.c
-        out: list[WindowAggregate] = []
+    def _hour_of(self, column: Any) -> Any:
+        """``bucket_of`` in SQL: PostgreSQL rounds a cast to integer, SQLite truncates (and may lack floor)."""
+        if self._engine.dialect.name == "postgresql":
+            return (func.floor(column / BUCKET_SECONDS) * BUCKET_SECONDS).cast(Integer)
+        return (column / BUCKET_SECONDS).cast(Integer) * BUCKET_SECONDS
+
+    def rollup_sums(self, first_bucket: int, last_bucket: int) -> dict[RollupKey, RollupSums]:
+        r = rollups_table.c
+        query: Any = (select(r.rubric, r.rubric_version, r.agent, r.dimension, func.sum(r.scored), func.sum(r.passed),
+                        func.sum(r.unscored), func.sum(r.score_sum))
+                 .where(and_(r.bucket_ts >= first_bucket, r.bucket_ts <= last_bucket))
+                 .group_by(r.rubric, r.rubric_version, r.agent, r.dimension))
+        if first_bucket == last_bucket:
+            # One hour holds one row per series: no grouping to do.
+            query = (select(r.rubric, r.rubric_version, r.agent, r.dimension, r.scored, r.passed, r.unscored,
+                            r.score_sum).where(r.bucket_ts == first_bucket))
         with self._tx() as conn:
-            for name, seconds in windows:
-                since = _ts(now) - seconds
-                counts = conn.execute(
-                    select(r.rubric, r.rubric_version, r.agent, func.count(),
-                           func.sum(case((r.outcome == "pass", 1), else_=0)))
-                    .where(and_(r.current.is_(True), r.outcome != "unscored", r.evaluated_ts >= since))
-                    .group_by(r.rubric, r.rubric_version, r.agent)
-                ).all()
-                means: dict[tuple[str, str, str], dict[str, float]] = defaultdict(dict)
-                for row in conn.execute(
-                    select(d.rubric, d.rubric_version, d.agent, d.dimension, func.avg(d.score))
-                    .where(and_(d.current.is_(True), d.evaluated_ts >= since))
-                    .group_by(d.rubric, d.rubric_version, d.agent, d.dimension)
-                ):
-                    means[(row[0], row[1], row[2])][row[3]] = float(row[4])
-                out.extend(
-                    WindowAggregate(rubric=row[0], agent=row[2], window=name, rubric_version=row[1],
-                                    scored=int(row[3]), passed=int(row[4] or 0),
-                                    dimension_means=means.get((row[0], row[1], row[2]), {}))
-                    for row in counts
-                )
-        return out
+            return {(row[0], row[1], row[2], row[3]): (int(row[4]), int(row[5]), int(row[6]), float(row[7]))
+                    for row in conn.execute(query)}
+
+    def rollups_frozen(self) -> Any:
+        """Hold off recording in this process while the window reader drains changes and reads the rollups."""
+        return self._rollup_lock
+
+    def drain_rollup_changes(self) -> RollupChanges:
+        with self._rollup_lock:
+            changes = RollupChanges(tuple(self._late_changes), self._late_overflow)
+            self._late_changes = []
+            self._late_overflow = False
+        return changes
+
+    def prune_rollups(self, before_bucket: int) -> int:
+        with self._tx() as conn:
+            removed = conn.execute(delete(rollups_table).where(rollups_table.c.bucket_ts < before_bucket)).rowcount
+        return int(removed or 0)
+
+    def rebuild_rollups(self) -> int:
+        """Recompute every rollup from the current results (``rubric-monitor db rebuild-rollups``); returns the
+        rows written. One transaction: readers see the old rollups or the new ones."""
+        r, d = results_table.c, dimensions_table.c
+        hour, dimension_hour = self._hour_of(r.evaluated_ts), self._hour_of(d.evaluated_ts)
+        scored = case((r.outcome != "unscored", 1), else_=0)
+        overall = (select(hour, r.rubric, r.rubric_version, r.agent, literal(""), func.sum(scored),
+                          func.sum(case((r.outcome == "pass", 1), else_=0)),
+                          func.sum(case((r.outcome == "unscored", 1), else_=0)),
+                          func.coalesce(func.sum(case((r.outcome != "unscored", func.coalesce(r.score, 0.0)),
+                                                      else_=0.0)), 0.0))
+                   .where(r.current.is_(True))
+                   .group_by(hour, r.rubric, r.rubric_version, r.agent))
+        dimensions = (select(dimension_hour, d.rubric, d.rubric_version, d.agent, d.dimension, func.count(),
+                             literal(0), literal(0), func.sum(d.score).cast(Float))
+                      .where(d.current.is_(True))
+                      .group_by(dimension_hour, d.rubric, d.rubric_version, d.agent, d.dimension))
+        columns = ["bucket_ts", "rubric", "rubric_version", "agent", "dimension", "scored", "passed", "unscored",
+                   "score_sum"]
+        with self._rollup_lock, self._tx() as conn:
+            conn.execute(delete(rollups_table))
+            conn.execute(insert(rollups_table).from_select(columns, overall))
+            conn.execute(insert(rollups_table).from_select(columns, dimensions))
+            written = conn.execute(select(func.count()).select_from(rollups_table)).scalar_one()
+            self._late_changes = []
+            self._late_overflow = True  # every window must be read again
+        return int(written)
 
     # housekeeping ----------------------------------------------------------------------------------------------
 
