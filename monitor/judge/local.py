@@ -80,6 +80,10 @@ class LocalModelServer:
         # Threads that spin while they wait for each other lose their time slices on a shared CPU: with polling
         # on, two threads generated 0.7 tokens/s at load 10 on 2 cores.
         params.cpuparams.poll = 0
+        # llama.cpp's own info lines (a dozen per request) would bury the daemon's progress lines; its warnings
+        # and errors (verbosity -1) still show, and everything does at log level DEBUG.
+        if not log.isEnabledFor(logging.DEBUG):
+            params.verbosity = -1
         params.cpuparams_batch.poll = 0
         self._xllamacpp: Any = xllamacpp
         started = time.monotonic()
