@@ -91,8 +91,8 @@ class LocalModelServer:
         self.base_url = str(self._server.listening_address) + "/v1"
         self.model_path = Path(path)
         # The first thing a quick-start user waits for: say it is done, and how long it took.
-        log.info("embedded judge loaded: %s in %.1f s (llama.cpp on %s, %d threads)", self.model_path.name,
-                 time.monotonic() - started, self.base_url, settings.threads)
+        log.info("embedded judge loaded: %s in %.1f s (llama.cpp on %s, %d thread%s)", self.model_path.name,
+                 time.monotonic() - started, self.base_url, settings.threads, "" if settings.threads == 1 else "s")
 
     def grammar(self, schema: dict[str, Any]) -> str:
         """llama.cpp's grammar for a JSON schema (llguidance's, in the builds xllamacpp ships)."""
