@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from prometheus_client import CollectorRegistry
 
+from monitor.canary import CanaryRunner
 from monitor.errors import ConfigError, StoreError
 from monitor.evaluators.adaptive import AdaptiveEvaluator
 from monitor.evaluators.base import EvaluationContext, Evaluator
@@ -203,6 +204,18 @@ def build_stages(settings: Settings, registry: CollectorRegistry, *, load_model:
         stages.close()
         raise ConfigError.collect(errors)
     return stages
+EMBEDDED_JUDGE_WARNING = (
+    "judge.kind local (the embedded SmolLM2-135M) scores production traces from Application Insights: its "
+    "scores are not meaningful; point judge.kind at a capable model"
+)
+
+
+def embedded_judge_warning(settings: Settings) -> str | None:
+    """The embedded judge on production traces is almost certainly a mistake: warned about, not refused (it
+    is how the pipeline is tried out end to end)."""
+    if settings.judge.kind == "local" and settings.source.kind == "app_insights":
+        return EMBEDDED_JUDGE_WARNING
+    return None
 
 
 @dataclass
@@ -216,6 +229,7 @@ class Monitor:
     health: HealthState
     store: SqlStore
     alerts: AlertService | None = None
+    canaries: CanaryRunner | None = None
     next_steps: str | None = None
     """Said once, after the first cycle that recorded a verdict: where to look at what the daemon did."""
 
@@ -226,6 +240,12 @@ class Monitor:
         except Exception as exc:
             log.exception("cycle failed")
             report = CycleReport(started_at=started, finished_at=utc_now(), failures=[f"cycle: {exc!r}"])
+        if self.canaries is not None and not self.pipeline.stop.is_set():
+            try:
+                self.canaries.run_due(utc_now())
+            except Exception:
+                # A canary run measures the judge; its failure must not fail the cycle that scored the agents.
+                log.exception("canary run failed")
         problem = self.refresh_metrics()
         if problem:
             report.failures.append(problem)
@@ -298,13 +318,17 @@ def build_monitor(settings: Settings, registry: CollectorRegistry | None = None)
         stages.close()
         raise ConfigError("settings", "store.url", redact(str(exc))) from None
     metrics.judge_configured(settings.judge.kind, settings.judge.model)
+    embedded_warning = embedded_judge_warning(settings)
+    if embedded_warning:
+        log.warning("%s", embedded_warning)
     delay = settings.source.ingestion_delay_seconds if settings.source.kind == "app_insights" else 0.0
     judge_settings = effective_judge_settings(settings.judge)
+    evaluators = build_evaluators(settings.judge.cache_size, store)
     pipeline = Pipeline(
         source=source,
         store=store,
         rubrics=rubrics if settings.rubrics.reload else _Frozen(rubrics),
-        evaluators=build_evaluators(settings.judge.cache_size, store),
+        evaluators=evaluators,
         context=EvaluationContext(
             judge=ChargingJudge(judge, lambda rubric, tokens, usd: store.add_usage(rubric, utc_now().date(), tokens,
                                                                                     usd)),
@@ -325,7 +349,17 @@ def build_monitor(settings: Settings, registry: CollectorRegistry | None = None)
     health.checks["judge calls"] = pipeline.judge_problem
     health.checks["rubrics"] = lambda: "; ".join(f"{k}: {v}" for k, v in rubrics.problems.items()) or None
     alerts = build_alerts(settings, store, registry, judge, source.name) if settings.alerts.enabled else None
-    monitor = Monitor(settings, registry, metrics, pipeline, health, store, alerts)
+    health.warning_checks["judge"] = lambda: embedded_warning
+    canaries = CanaryRunner(
+        rubrics.active, rubrics.sources, evaluators, pipeline.context, store, metrics.judge_trust,
+        settings.canary,
+        # The pipeline's own budget rule, so canaries and evaluations share one daily budget.
+        lambda rubric: pipeline._budget_spent(rubric, utc_now()),
+        pipeline.loop,
+        pipeline.stop,
+    )
+    health.warning_checks["judge_drift"] = canaries.warning
+    monitor = Monitor(settings, registry, metrics, pipeline, health, store, alerts=alerts, canaries=canaries)
     # The windows and the counters' label sets from the rollups, before the first scrape.
     monitor.refresh_metrics()
     return monitor

@@ -1,4 +1,4 @@
-"""``rubric-monitor`` command line: run, evaluate, check, rubrics, config-doc.
+"""``rubric-monitor`` command line: run, evaluate, check, rubrics, calibrate, config-doc.
 
 Exit codes: 0 success; 1 a cycle failed (``run --once``); 2 invalid settings, rubric or input (the message names
 the file and the field).
@@ -152,7 +152,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
 
 def _cmd_check(args: argparse.Namespace) -> int:
     from monitor.alerts.service import check_settings
-    from monitor.app import build_stages
+    from monitor.app import build_stages, embedded_judge_warning
 
     settings = load_settings(args.config)
     check_settings(settings.alerts, settings.interval_seconds)
@@ -163,6 +163,8 @@ def _cmd_check(args: argparse.Namespace) -> int:
         for rubric in stages.rubrics.active():
             print(f"rubric {rubric.name} version {rubric.version} ({rubric.kind}) for agents "
                   f"{', '.join(rubric.agents)}")
+        if warning := embedded_judge_warning(settings):
+            print(f"warning: {warning}")
         if args.explain:
             if settings.source.kind != "app_insights":
                 print(f"source otlp_file reads {settings.source.path} (no query to explain)")
@@ -255,6 +257,9 @@ def build_parser() -> argparse.ArgumentParser:
     from monitor.rubrics.commands import add_rubrics_commands
 
     add_rubrics_commands(sub)
+    from monitor.calibration import add_calibrate_command
+
+    add_calibrate_command(sub)
     add_results_commands(sub, _config_arg, load_settings)
     from monitor.store.cli import add_db_commands
 
