@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from prometheus_client import CollectorRegistry
 
+from monitor.canary import CanaryRunner
 from monitor.errors import ConfigError, StoreError
 from monitor.evaluators.adaptive import AdaptiveEvaluator
 from monitor.evaluators.base import EvaluationContext, Evaluator
@@ -69,6 +70,15 @@ def build_judge(settings: JudgeSettings, metrics: MonitorMetrics) -> Judge:
     from monitor.judge.openai_judge import OpenAIJudge
 
     return OpenAIJudge(settings, metrics)
+
+
+def effective_judge_settings(settings: JudgeSettings) -> JudgeSettings:
+    """The settings evaluations run with: the embedded judge overrides some (one call at a time, its window)."""
+    if settings.kind == "local":
+        from monitor.judge.local import local_judge_settings
+
+        return local_judge_settings(settings)
+    return settings
 
 
 def build_evaluators(cache_size: int, item_store: ItemStore | None = None) -> dict[str, Evaluator]:
@@ -194,6 +204,18 @@ def build_stages(settings: Settings, registry: CollectorRegistry, *, load_model:
         stages.close()
         raise ConfigError.collect(errors)
     return stages
+EMBEDDED_JUDGE_WARNING = (
+    "judge.kind local (the embedded SmolLM2-135M) scores production traces from Application Insights: its "
+    "scores are not meaningful; point judge.kind at a capable model"
+)
+
+
+def embedded_judge_warning(settings: Settings) -> str | None:
+    """The embedded judge on production traces is almost certainly a mistake: warned about, not refused (it
+    is how the pipeline is tried out end to end)."""
+    if settings.judge.kind == "local" and settings.source.kind == "app_insights":
+        return EMBEDDED_JUDGE_WARNING
+    return None
 
 
 @dataclass
@@ -207,6 +229,9 @@ class Monitor:
     health: HealthState
     store: SqlStore
     alerts: AlertService | None = None
+    canaries: CanaryRunner | None = None
+    next_steps: str | None = None
+    """Said once, after the first cycle that recorded a verdict: where to look at what the daemon did."""
 
     def run_cycle(self, now: datetime | None = None) -> CycleReport:
         started = utc_now()
@@ -215,6 +240,12 @@ class Monitor:
         except Exception as exc:
             log.exception("cycle failed")
             report = CycleReport(started_at=started, finished_at=utc_now(), failures=[f"cycle: {exc!r}"])
+        if self.canaries is not None and not self.pipeline.stop.is_set():
+            try:
+                self.canaries.run_due(utc_now())
+            except Exception:
+                # A canary run measures the judge; its failure must not fail the cycle that scored the agents.
+                log.exception("canary run failed")
         problem = self.refresh_metrics()
         if problem:
             report.failures.append(problem)
@@ -232,6 +263,9 @@ class Monitor:
             dict(report.skipped), report.judge_calls, elapsed, "" if report.ok else f", failures: {report.failures}",
         )
         self._run_alerts()
+        if report.evaluations and self.next_steps:
+            log.info("%s", self.next_steps)
+            self.next_steps = None
         return report
 
     def _run_alerts(self) -> None:
@@ -284,17 +318,17 @@ def build_monitor(settings: Settings, registry: CollectorRegistry | None = None)
         stages.close()
         raise ConfigError("settings", "store.url", redact(str(exc))) from None
     metrics.judge_configured(settings.judge.kind, settings.judge.model)
+    embedded_warning = embedded_judge_warning(settings)
+    if embedded_warning:
+        log.warning("%s", embedded_warning)
     delay = settings.source.ingestion_delay_seconds if settings.source.kind == "app_insights" else 0.0
-    judge_settings = settings.judge
-    if judge_settings.kind == "local":
-        from monitor.judge.local import local_judge_settings
-
-        judge_settings = local_judge_settings(judge_settings)
+    judge_settings = effective_judge_settings(settings.judge)
+    evaluators = build_evaluators(settings.judge.cache_size, store)
     pipeline = Pipeline(
         source=source,
         store=store,
         rubrics=rubrics if settings.rubrics.reload else _Frozen(rubrics),
-        evaluators=build_evaluators(settings.judge.cache_size, store),
+        evaluators=evaluators,
         context=EvaluationContext(
             judge=ChargingJudge(judge, lambda rubric, tokens, usd: store.add_usage(rubric, utc_now().date(), tokens,
                                                                                     usd)),
@@ -315,7 +349,17 @@ def build_monitor(settings: Settings, registry: CollectorRegistry | None = None)
     health.checks["judge calls"] = pipeline.judge_problem
     health.checks["rubrics"] = lambda: "; ".join(f"{k}: {v}" for k, v in rubrics.problems.items()) or None
     alerts = build_alerts(settings, store, registry, judge, source.name) if settings.alerts.enabled else None
-    monitor = Monitor(settings, registry, metrics, pipeline, health, store, alerts)
+    health.warning_checks["judge"] = lambda: embedded_warning
+    canaries = CanaryRunner(
+        rubrics.active, rubrics.sources, evaluators, pipeline.context, store, metrics.judge_trust,
+        settings.canary,
+        # The pipeline's own budget rule, so canaries and evaluations share one daily budget.
+        lambda rubric: pipeline._budget_spent(rubric, utc_now()),
+        pipeline.loop,
+        pipeline.stop,
+    )
+    health.warning_checks["judge_drift"] = canaries.warning
+    monitor = Monitor(settings, registry, metrics, pipeline, health, store, alerts=alerts, canaries=canaries)
     # The windows and the counters' label sets from the rollups, before the first scrape.
     monitor.refresh_metrics()
     return monitor
@@ -370,12 +414,13 @@ def _store_problem(store: SqlStore) -> str | None:
     return None
 
 
-def run_daemon(settings: Settings, once: bool = False) -> int:
+def run_daemon(settings: Settings, once: bool = False, results_command: str = "rubric-monitor results") -> int:
     """Run until SIGTERM/SIGINT (exit 0), or one cycle with ``once`` (exit 1 if the cycle failed).
 
     A signal at any point exits 0: during start-up before the first cycle; later the cycle in flight starts no
     new evaluation, and judge calls still in flight after ``shutdown_grace_seconds`` are abandoned (their
-    evaluations stay pending)."""
+    evaluations stay pending); a second signal exits at once (``shutdown``). ``results_command`` is how the user
+    who started the daemon lists its results, told after the first verdict."""
     from monitor import shutdown
 
     shutdown.install()
@@ -395,6 +440,8 @@ def run_daemon(settings: Settings, once: bool = False) -> int:
     server.start()
     host, port = server.address
     log.info("metrics on http://%s:%d/metrics", host, port)
+    monitor.next_steps = (f"next: the metrics are at http://{host}:{port}/metrics; list the verdicts with "
+                          f"`{results_command}`, one in full with `{results_command} show CONVERSATION`")
     try:
         if once:
             return 0 if monitor.run_cycle().ok else 1
@@ -416,7 +463,8 @@ def _serve(monitor: Monitor, interval: float, grace: float) -> int:
     scheduler.start()
     while not stopping.wait(1.0):
         pass
-    log.info("stop requested: finishing the evaluations in flight (at most %gs), then exiting", grace)
+    log.info("stop requested: finishing the evaluations in flight (at most %gs), then exiting; send the signal "
+             "again (Ctrl-C) to exit at once", grace)
     # The cycle in flight starts no new evaluation and abandons its judge calls after the grace period; a
     # source query cannot be cancelled that way, so past the grace period (and a margin to record what
     # finished) the process exits without it.
