@@ -267,6 +267,10 @@ def built() -> Iterator[Built]:
     sizes = {tag: image_size(buildah, tag) for tag in (base, IMAGE_LOCAL)}
     print(f"image sizes: {sizes}")
     yield Built(buildah, base, sizes)
+    if os.environ.get("RUBRIC_MONITOR_IMAGE_REUSE") != "1":
+        # Only the debootstrap'ed base is worth keeping: with vfs each image is a full copy on disk.
+        buildah("rmi", IMAGE_LOCAL, check=False)
+        buildah("rmi", "--prune", check=False)
 
 
 @pytest.fixture(scope="module")
