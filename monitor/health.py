@@ -3,7 +3,8 @@
 - ``/livez``: 200 while cycles keep finishing (whatever their outcome); 503 when none finished for 3 intervals,
   which is a stuck scheduler: restart it.
 - ``/healthz``: 200 ``ok``, or 503 ``degraded`` naming why (last cycle failed, judge refusing our credential,
-  source refusing our credential). Degraded is not dead: the daemon keeps retrying every cycle.
+  source refusing our credential). Degraded is not dead: the daemon keeps retrying every cycle. ``warnings``
+  lists what does not fail the probe but makes the numbers suspect (embedded judge in production, judge drift).
 - ``/readyz``: 200 when the store answers.
 """
 
@@ -20,6 +21,7 @@ from typing import Any
 
 from monitor.exposition import Exposition
 from monitor.models import utc_now
+from monitor.redaction import redact
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +34,9 @@ class HealthState:
     last_failures: list[str] = field(default_factory=list)
     checks: dict[str, Callable[[], str | None]] = field(default_factory=dict)
     """Named checks returning a problem, or None when fine (judge credential, store)."""
+    warning_checks: dict[str, Callable[[], str | None]] = field(default_factory=dict)
+    """Named checks returning a warning: shown on ``/healthz`` without failing it (an embedded judge in
+    production, a drifting judge)."""
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def cycle_finished(self, failures: list[str]) -> None:
@@ -46,7 +51,11 @@ class HealthState:
             problem = check()
             if problem:
                 found.append(f"{name}: {problem}")
-        return found
+        # An endpoint's error body may echo our key back; what we serve never carries a configured secret.
+        return [redact(p) for p in found]
+
+    def warnings(self) -> list[str]:
+        return [f"{name}: {warning}" for name, check in self.warning_checks.items() if (warning := check())]
 
     def alive(self, now: datetime | None = None) -> bool:
         now = now or utc_now()
@@ -65,14 +74,17 @@ class MonitorHTTPServer:
             def log_message(self, format: str, *args: Any) -> None:
                 log.debug("http: " + format, *args)
 
-            def _send(self, status: int, body: bytes, content_type: str, encoding: str | None = None) -> None:
+            def _send(self, status: int, body: bytes | tuple[bytes, ...], content_type: str,
+                      encoding: str | None = None) -> None:
+                parts = body if isinstance(body, tuple) else (body,)
                 self.send_response(status)
                 self.send_header("Content-Type", content_type)
                 if encoding:
                     self.send_header("Content-Encoding", encoding)
-                self.send_header("Content-Length", str(len(body)))
+                self.send_header("Content-Length", str(sum(len(part) for part in parts)))
                 self.end_headers()
-                self.wfile.write(body)
+                for part in parts:
+                    self.wfile.write(part)
 
             def _json(self, status: int, payload: dict[str, Any]) -> None:
                 self._send(status, json.dumps(payload).encode(), "application/json")
@@ -82,16 +94,18 @@ class MonitorHTTPServer:
                 if path == "/metrics":
                     scrape = outer_exposition.scrape(self.headers.get("Accept", ""),
                                                      self.headers.get("Accept-Encoding", ""))
-                    self._send(200, scrape.body, scrape.content_type, scrape.content_encoding)
+                    self._send(200, scrape.parts, scrape.content_type, scrape.content_encoding)
                 elif path == "/livez":
                     alive = outer_health.alive()
                     self._json(200 if alive else 503, {"status": "ok" if alive else "stuck"})
                 elif path == "/healthz":
                     problems = outer_health.problems()
                     self._json(503 if problems else 200,
-                               {"status": "degraded" if problems else "ok", "problems": problems})
+                               {"status": "degraded" if problems else "ok", "problems": problems,
+                                "warnings": outer_health.warnings()})
                 elif path == "/readyz":
                     problem = outer_ready()
+                    problem = None if problem is None else redact(problem)
                     self._json(503 if problem else 200, {"status": "not_ready" if problem else "ok",
                                                          "problem": problem})
                 else:

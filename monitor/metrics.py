@@ -206,6 +206,7 @@ class MonitorMetrics:
         for result in ("ok", "failed"):
             self.cycles.labels(result)
         self.backlog = BacklogMetrics(registry)  # helper numbers' block (issue 8, item 11)
+        self.judge_trust = JudgeTrustMetrics(registry)  # helper judge's block: drift canaries (monitor.canary)
 
     def judge_configured(self, kind: str, model: str) -> None:
         """Publish ``judge_info`` and pre-create the judge's counters at zero, so ratios work from the start."""
@@ -224,6 +225,25 @@ class MonitorMetrics:
         """Pre-create a rubric's skip counters at zero (``rate()`` and ratios work from the first cycle)."""
         for reason in SKIP_REASONS:
             self.skipped.labels(rubric, reason)
+
+
+class JudgeTrustMetrics:
+    """Drift canaries (``monitor.canary``): how the judge agrees with a rubric's agreed verdicts, last run."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.canary_agreement = Gauge(
+            "rubric_monitor_canary_agreement",
+            "Share of a rubric's canary conversations whose pass/fail matches the agreed verdict (last run).",
+            ["rubric", "judge_model"], registry=registry)
+        self.canary_score_shift = Gauge(
+            "rubric_monitor_canary_score_shift",
+            "Mean judge score minus agreed score on a rubric's canary set (last run); negative: harsher.",
+            ["rubric", "judge_model"], registry=registry)
+        self.judge_drift = Gauge(
+            "rubric_monitor_judge_drift",
+            "1 while the last canary run of a rubric found the judge drifting from the agreed verdicts "
+            "(JudgeDrift).",
+            ["rubric"], registry=registry)
 
 
 def catalog(metrics: MonitorMetrics) -> list[FamilySpec]:

@@ -167,6 +167,10 @@ class EvaluationResult(_Frozen):
     turn_index: int | None = None
     """``None`` for a whole-conversation verdict; the index of the assistant message for turn-level ones."""
     judge_model: str
+    prompt_version: str | None = None
+    """This project's prompt/template version (``PROMPT_VERSION``): results are compared only within one."""
+    agent_version: str | None = None
+    """``gen_ai.agent.version`` (else the resource's ``service.version``) of the conversation, when known."""
     outcome: Outcome
     score: float | None = None
     threshold: float | None = None

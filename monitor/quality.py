@@ -4,8 +4,8 @@ Counters (``evaluations``, ``score_sum``, ``dimension_scores`` by value, ``dimen
 compute any window with ``increase()``; they start at zero with the process, and every label set of a (rubric,
 version, agent) is created at zero as soon as it is known (from the rollups at start, or its first result), so
 rates and ratios exist from the first cycle. The windowed gauges come from the store's hourly rollups
-(``monitor.rollups``). ``refresh`` (end of a cycle) builds the metric families and renders them, in both text
-formats, once; scrapes serve that state and never touch the store.
+(``monitor.rollups``). ``refresh`` (end of a cycle) renders them, in both text formats, once; scrapes serve
+that state and never touch the store.
 """
 
 from __future__ import annotations
@@ -16,11 +16,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.exposition import generate_latest
-from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
+from prometheus_client.core import Metric
+from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
-from prometheus_client.samples import Exemplar
 
 from monitor.models import EvaluationResult
 from monitor.rollups import AgentLabels, Window, WindowTotals
@@ -102,9 +100,11 @@ class QualityMetrics(Collector):
         self._score_sum: dict[tuple[str, ...], float] = {}
         self._dimension_scores: dict[tuple[str, ...], float] = {}
         self._dimension_sum: dict[tuple[str, ...], float] = {}
-        self._exemplars: dict[tuple[str, tuple[str, ...]], Exemplar] = {}
+        self._exemplars: dict[tuple[str, tuple[str, ...]], str] = {}
+        """Per counter series, the OpenMetrics exemplar of its latest increment, formatted when counted."""
         self._seeded = False
-        self._families: list[Metric] = []
+        self._parsed: list[Metric] | None = None
+        self._renderer = _Renderer()
         self.rendered = Rendered()
 
     # counting ----------------------------------------------------------------------------------------------
@@ -142,24 +142,31 @@ class QualityMetrics(Collector):
         values[labels] = values.get(labels, 0.0) + amount
         if trace_id:
             # OpenMetrics allows 128 characters of exemplar labels; a trace id is 32 hex digits.
-            self._exemplars[(spec.name, labels)] = Exemplar({EXEMPLAR_LABEL: trace_id[:64]}, amount, at)
+            self._exemplars[(spec.name, labels)] = (
+                f' # {{{EXEMPLAR_LABEL}="{_escape(trace_id[:64])}"}} {_number(amount)} {at:.3f}')
 
     # end of cycle ------------------------------------------------------------------------------------------
 
     def refresh(self, store: ResultStore, now: datetime) -> None:
-        """Bring the windows up to date from the rollups, then prepare and render every quality family."""
+        """Bring the windows up to date from the rollups, then render every quality family once."""
         self.windows.refresh(store, now.timestamp())
         with self._lock:
             if not self._seeded:
                 self._seed()
-            self._families = self._build()
-        self._render()
+        self.prepare()
 
     def prepare(self) -> None:
-        """Prepare and render without reading the store (a daemon whose store is down still serves counters)."""
-        with self._lock:
-            self._families = self._build()
-        self._render()
+        """Render without reading the store (a daemon whose store is down still serves its counters)."""
+        with self._lock:  # copies, so that recording goes on while the copy is rendered
+            counters = [(EVALUATIONS, dict(self._evaluations)), (SCORE_SUM, dict(self._score_sum)),
+                        (DIMENSION_SCORES, dict(self._dimension_scores)),
+                        (DIMENSION_SCORE_SUM, dict(self._dimension_sum))]
+            exemplars = dict(self._exemplars)
+            gauges = self._window_values()
+        text, openmetrics = self._renderer.render(counters, exemplars, gauges)
+        self.rendered = Rendered(text, openmetrics, gzip.compress(text, GZIP_LEVEL),
+                                 gzip.compress(openmetrics, GZIP_LEVEL))
+        self._parsed = None
 
     def _seed(self) -> None:
         """At start: the agents of the longest window get their labels (busiest first), and every label set seen
@@ -183,20 +190,10 @@ class QualityMetrics(Collector):
             self._create(triple, names)
         self._seeded = True
 
-    def _build(self) -> list[Metric]:
-        families: list[Metric] = []
-        for spec, values in ((EVALUATIONS, self._evaluations), (SCORE_SUM, self._score_sum),
-                             (DIMENSION_SCORES, self._dimension_scores), (DIMENSION_SCORE_SUM, self._dimension_sum)):
-            family = CounterMetricFamily(spec.base, spec.help, labels=spec.labels)
-            for labels, value in sorted(values.items()):
-                family.add_metric(labels, value, exemplar=self._exemplars.get((spec.name, labels)))
-            families.append(family)
-        families.extend(self._window_families())
-        return families
-
-    def _window_families(self) -> list[Metric]:
-        pass_rate, scored, dimension_mean = (GaugeMetricFamily(s.name, s.help, labels=s.labels)
-                                             for s in (PASS_RATE, SCORED, DIMENSION_MEAN))
+    def _window_values(self) -> list[tuple[FamilySpec, dict[tuple[str, ...], float]]]:
+        pass_rate: dict[tuple[str, ...], float] = {}
+        scored: dict[tuple[str, ...], float] = {}
+        dimension_mean: dict[tuple[str, ...], float] = {}
         for window in self.windows.windows:
             # Agents beyond the limit share "other": their sums are added before any ratio is taken.
             merged: dict[tuple[str, str, str, str], list[float]] = {}
@@ -206,22 +203,91 @@ class QualityMetrics(Collector):
                 entry[0] += sums[0]
                 entry[1] += sums[1]
                 entry[2] += sums[3]
-            for (rubric, version, agent, dimension), (count, passed, total) in sorted(merged.items()):
+            for (rubric, version, agent, dimension), (count, passed, total) in merged.items():
                 if dimension:
                     if count > 0:
-                        dimension_mean.add_metric((rubric, version, agent, dimension, window.name), total / count)
+                        dimension_mean[(rubric, version, agent, dimension, window.name)] = total / count
                     continue
-                scored.add_metric((rubric, version, agent, window.name), count)
+                scored[(rubric, version, agent, window.name)] = count
                 if count > 0:
-                    pass_rate.add_metric((rubric, version, agent, window.name), passed / count)
-        return [pass_rate, scored, dimension_mean]
-
-    def _render(self) -> None:
-        text = generate_latest(self)
-        openmetrics: bytes = generate_openmetrics(self)  # type: ignore[no-untyped-call]
-        openmetrics = openmetrics.removesuffix(b"# EOF\n")
-        self.rendered = Rendered(text, openmetrics, gzip.compress(text, GZIP_LEVEL),
-                                 gzip.compress(openmetrics, GZIP_LEVEL))
+                    pass_rate[(rubric, version, agent, window.name)] = passed / count
+        return [(PASS_RATE, pass_rate), (SCORED, scored), (DIMENSION_MEAN, dimension_mean)]
 
     def collect(self) -> Iterable[Metric]:
-        return list(self._families)
+        """The prepared families, for ``registry.get_sample_value`` and ``generate_latest(registry)``: parsed
+        from the rendered text on demand. The exposition serves the rendered bytes and skips this."""
+        if SCRAPE_IN_PROGRESS.active:
+            return []
+        parsed = self._parsed
+        if parsed is None:
+            parsed = self._parsed = list(text_string_to_metric_families(self.rendered.text.decode()))
+        return list(parsed)
+
+
+class _ScrapeInProgress(threading.local):
+    active = False
+
+
+SCRAPE_IN_PROGRESS = _ScrapeInProgress()
+"""Set by the exposition while it renders the registry's other collectors: the quality families are appended
+pre-rendered, so collecting them again would double them (and cost the render it avoids)."""
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _help(text: str, openmetrics: bool) -> str:
+    escaped = text.replace("\\", "\\\\").replace("\n", "\\n")
+    return escaped.replace('"', '\\"') if openmetrics else escaped
+
+
+def _number(value: float) -> str:
+    return repr(float(value))
+
+
+class _Renderer:
+    """The Prometheus text format (0.0.4) and OpenMetrics 1.0 of the quality families, written directly: the
+    generic client formats a few microseconds per sample, which at 200,000 series is seconds per cycle. Each
+    series' name and labels are formatted once and kept (the label sets are bounded: that is the point)."""
+
+    def __init__(self) -> None:
+        self._prefixes: dict[tuple[str, tuple[str, ...]], str] = {}
+
+    def _prefix(self, name: str, names: tuple[str, ...], values: tuple[str, ...]) -> str:
+        key = (name, values)
+        prefix = self._prefixes.get(key)
+        if prefix is None:
+            labels = ",".join(f'{n}="{_escape(v)}"' for n, v in zip(names, values, strict=True))
+            prefix = self._prefixes[key] = f"{name}{{{labels}}} "
+        return prefix
+
+    def render(self, counters: Iterable[tuple[FamilySpec, dict[tuple[str, ...], float]]],
+               exemplars: dict[tuple[str, tuple[str, ...]], str],
+               gauges: Iterable[tuple[FamilySpec, dict[tuple[str, ...], float]]]) -> tuple[bytes, bytes]:
+        text: list[str] = []
+        openmetrics: list[str] = []
+        lines = 0
+        prefixes = self._prefixes
+        for spec, values in counters:
+            name = spec.name
+            text.append(f"# HELP {name} {_help(spec.help, False)}\n# TYPE {name} counter")
+            openmetrics.append(f"# HELP {spec.base} {_help(spec.help, True)}\n# TYPE {spec.base} counter")
+            for labels, value in values.items():
+                line = (prefixes.get((name, labels)) or self._prefix(name, spec.labels, labels)) + repr(value)
+                text.append(line)
+                exemplar = exemplars.get((name, labels))
+                openmetrics.append(line if exemplar is None else line + exemplar)
+            lines += len(values)
+        for spec, values in gauges:
+            name = spec.name
+            text.append(f"# HELP {name} {_help(spec.help, False)}\n# TYPE {name} gauge")
+            openmetrics.append(f"# HELP {name} {_help(spec.help, True)}\n# TYPE {name} gauge")
+            samples = [(prefixes.get((name, labels)) or self._prefix(name, spec.labels, labels)) + repr(value)
+                       for labels, value in values.items()]
+            text.extend(samples)
+            openmetrics.extend(samples)
+            lines += len(values)
+        if len(prefixes) > 2 * lines + 10_000:
+            prefixes.clear()  # series that went (old rubric versions, windows emptied) are forgotten
+        return ("\n".join(text) + "\n").encode(), ("\n".join(openmetrics) + "\n").encode()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -12,6 +13,18 @@ from typing import Any
 
 from tests.conftest import REPO
 from tests.fakes.openai_server import Recorded, Reply, completion
+
+
+def fresh_postgres(url: str) -> str:
+    """Empty the test database's schema (tables of earlier runs or other test modules), then return its URL."""
+    import sqlalchemy
+
+    engine = sqlalchemy.create_engine(url)
+    with engine.begin() as conn:
+        conn.exec_driver_sql("DROP SCHEMA public CASCADE; CREATE SCHEMA public;")
+    engine.dispose()
+    return url
+
 
 SEED_PASS_SCORES = (5, 5, 5, 4, 5, 4)
 SEED_FAIL_SCORES = (3, 1, 1, 2, 2, 1)
@@ -25,7 +38,7 @@ def requested_dimensions(request: Recorded) -> list[str]:
         return list(schema["properties"]["dimensions"]["required"])
     text = request.prompt_text
     rubric = text[text.index("<rubric>"):text.index("</rubric>")]
-    return [line[2:].split(" (", 1)[0] for line in rubric.splitlines() if line.startswith("- ")]
+    return [re.split(r"[ :]", line[2:], maxsplit=1)[0] for line in rubric.splitlines() if line.startswith("- ")]
 
 
 def verdict(request: Recorded, scores: Sequence[int | None], reason: str = "scripted") -> Reply:

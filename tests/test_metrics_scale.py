@@ -118,7 +118,9 @@ def test_scraping_the_daemon_never_queries_the_store(tmp_path: Path) -> None:
     finally:
         server.close()
         monitor.close()
-    assert b'rubric_monitor_pass_rate{agent="reservation-assistant"' in text
+    pass_rates = [s for f in text_string_to_metric_families(text.decode()) for s in f.samples
+                  if s.name == "rubric_monitor_pass_rate"]
+    assert {s.labels["agent"] for s in pass_rates} == {"reservation-assistant"} and len(pass_rates) == 2
     assert b"rubric_monitor_dimension_scores_total{" in text and text == after
     assert headers["Content-Encoding"] == "gzip" and gzip.decompress(zipped) == text
     assert openmetrics.endswith(b"# EOF\n") and openmetrics.count(b"# EOF") == 1

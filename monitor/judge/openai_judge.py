@@ -62,6 +62,7 @@ import httpx
 import openai
 from azure.identity.aio import DefaultAzureCredential, get_bearer_token_provider
 
+from monitor.azure_auth import credential_failure
 from monitor.errors import (
     ConfigError,
     JudgeAuthError,
@@ -288,7 +289,7 @@ class OpenAIJudge:
         client: Any = http_client
         if settings.kind == "azure_openai":
             return self._azure_client(settings, client, azure_credential)
-        key = read_secret(settings.api_key, settings.api_key_file, "judge.api_key")
+        key = read_secret(settings.api_key, settings.api_key_file, "judge.api_key_file")
         try:
             return openai.AsyncOpenAI(base_url=settings.base_url, api_key=key, http_client=client,
                                       max_retries=0, timeout=settings.timeout_seconds)
@@ -318,7 +319,7 @@ class OpenAIJudge:
                 azure_ad_token_provider=_guarded_token_provider(credential), http_client=client,
                 max_retries=0, timeout=settings.timeout_seconds,
             )
-        key = read_secret(settings.api_key, settings.api_key_file, "judge.api_key")
+        key = read_secret(settings.api_key, settings.api_key_file, "judge.api_key_file")
         try:
             return openai.AsyncAzureOpenAI(
                 azure_endpoint=settings.azure_endpoint, api_version=settings.api_version, api_key=key,
@@ -752,7 +753,8 @@ def _guarded_token_provider(credential: Any) -> Callable[[], Awaitable[str]]:
         try:
             return await provider()
         except Exception as exc:  # azure-identity raises several unrelated types for "no token"
-            raise _CredentialUnavailable(f"{type(exc).__name__}: {exc}") from exc
+            detail = credential_failure(str(exc), "or use judge.api_key instead of judge.azure_ad")
+            raise _CredentialUnavailable(f"{type(exc).__name__}: {detail}") from exc
 
     return token
 

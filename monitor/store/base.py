@@ -74,6 +74,22 @@ class Backlog:
     future: int
 
 
+@dataclass(frozen=True)
+class CanaryRun:
+    """One re-scoring of a rubric's canary set: agreement with the agreed verdicts and the mean score shift."""
+
+    rubric: str
+    rubric_version: str
+    judge_model: str
+    ran_at: datetime
+    judged: int
+    agreement: float
+    """Share of canaries whose pass/fail matches the agreed verdict."""
+    score_shift: float
+    """Mean of (judge score - agreed score); negative: the judge has become harsher."""
+    drift: bool
+
+
 class ResultStore(Protocol):
     def checkpoint(self, source: str) -> str | None: ...
 
@@ -149,6 +165,14 @@ class ResultStore(Protocol):
     def prune(self, scored_before: datetime) -> int:
         """Delete spans of conversations scored before the given time; returns how many. The conversations stay
         known (as pruned), so late spans of theirs are recognised as late."""
+        ...
+
+    def record_canary_run(self, run: CanaryRun) -> None: ...
+
+    def last_canary_runs(self) -> dict[str, CanaryRun]: ...
+
+    def drifting_rubrics(self) -> set[str]:
+        """Rubrics whose latest canary run found the judge drifting."""
         ...
 
     def ping(self) -> None:

@@ -5,10 +5,11 @@ Times are stored as UTC epoch seconds (floats): exact to compare on every backen
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, date, datetime
 from typing import Any
 
@@ -44,6 +45,7 @@ from monitor.models import EvaluationResult, SpanRecord
 from monitor.store.base import (
     BUCKET_SECONDS,
     Backlog,
+    CanaryRun,
     FailedAttempt,
     LatePolicy,
     PendingConversation,
@@ -101,6 +103,12 @@ results_table = Table(
     Column("score", Float),
     Column("evaluated_ts", Float, nullable=False, index=True),
     Column("payload", Text, nullable=False),  # the whole EvaluationResult as JSON
+    # Regression alerts compare results only within one (rubric version, judge model, prompt version), and by agent
+    # version for release regressions; unscored_reason tells judge errors from other unscored results.
+    Column("judge_model", Text),
+    Column("prompt_version", Text),
+    Column("agent_version", Text),
+    Column("unscored_reason", Text),
     UniqueConstraint("conversation_id", "rubric", "rubric_version", "turn_key", "revision", name="uq_result"),
 )
 dimensions_table = Table(
@@ -139,6 +147,32 @@ usage_table = Table(
     Column("usd", Float, nullable=False),
 )
 
+# Regression alerts (monitor/alerts/store.py): lifecycle state per alert key, the events it emitted (transitions and
+# annotations, unique by key so a restart never emits one twice) and the notification outbox (one row per event and
+# notifier, marked when delivered, so a restart neither re-sends nor forgets).
+alert_states_table = Table(
+    "alert_states", metadata,
+    Column("key", Text, primary_key=True),
+    Column("payload", Text, nullable=False),
+    Column("updated_ts", Float, nullable=False),
+)
+alert_events_table = Table(
+    "alert_events", metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("key", Text, nullable=False, unique=True),
+    Column("kind", String(16), nullable=False),  # firing | resolved | annotation | test
+    Column("ts", Float, nullable=False, index=True),
+    Column("payload", Text, nullable=False),
+)
+notification_outbox_table = Table(
+    "notification_outbox", metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("event_id", Integer, nullable=False),
+    Column("notifier", String(128), nullable=False),
+    Column("status", String(16), nullable=False, index=True),  # pending | sent | failed | silenced
+    Column("attempts", Integer, nullable=False),
+    Column("updated_ts", Float, nullable=False),
+)
 rollups_table = Table(
     "quality_rollups", metadata,
     # Hourly sums of current results, kept in the transaction that records a result, so a rolling window is a
@@ -153,6 +187,8 @@ rollups_table = Table(
     Column("passed", Integer, nullable=False),  # overall row only
     Column("unscored", Integer, nullable=False),  # overall row only
     Column("score_sum", Float, nullable=False),  # overall score (0..1) or dimension score (1..5) sum
+    # On SQLite the primary key is the table (one b-tree to update per row instead of a table and an index).
+    sqlite_with_rowid=False,
 )
 
 items_table = Table(
@@ -160,6 +196,19 @@ items_table = Table(
     Column("key", String(128), primary_key=True),
     Column("payload", Text, nullable=False),
     Column("created_ts", Float, nullable=False),
+)
+
+canary_runs_table = Table(
+    "canary_runs", metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("rubric", String(256), nullable=False, index=True),
+    Column("rubric_version", Text, nullable=False),
+    Column("judge_model", Text, nullable=False),
+    Column("ran_ts", Float, nullable=False),
+    Column("judged", Integer, nullable=False),
+    Column("agreement", Float, nullable=False),
+    Column("score_shift", Float, nullable=False),
+    Column("drift", Boolean, nullable=False),
 )
 
 _CHUNK = 500
@@ -235,6 +284,10 @@ class SqlStore:
             raise
         except SQLAlchemyError as exc:
             raise StoreError(f"store {self._safe_url()}: {exc}") from exc
+
+    def transaction(self) -> AbstractContextManager[Connection]:
+        """A transaction for the tables of other features on the same database (regression alerts)."""
+        return self._tx()
 
     # ① checkpoints and spans -----------------------------------------------------------------------------------
 
@@ -446,7 +499,10 @@ class SqlStore:
                     conversation_id=_text(result.conversation_id), rubric=result.rubric,
                     rubric_version=_text(result.rubric_version), turn_key=turn_key, revision=result.revision,
                     current=True, agent=_text(result.agent), outcome=result.outcome, score=result.score,
-                    evaluated_ts=ts, payload=result.model_dump_json()))
+                    evaluated_ts=ts, payload=result.model_dump_json(), judge_model=_text(result.judge_model),
+                    prompt_version=result.prompt_version,
+                    agent_version=None if result.agent_version is None else _text(result.agent_version),
+                    unscored_reason=None if result.unscored_reason is None else _text(result.unscored_reason)))
                 primary_key = inserted.inserted_primary_key
                 if primary_key is None:
                     raise StoreError("store returned no id for the new result row")
@@ -491,17 +547,21 @@ class SqlStore:
         rows = [{"bucket_ts": bucket, "rubric": key[0], "rubric_version": key[1], "agent": key[2],
                  "dimension": key[3], "scored": sums[0], "passed": sums[1], "unscored": sums[2],
                  "score_sum": sums[3]} for (bucket, key), sums in rollup.items()]
-        if not rows:
-            return
+        if rows:
+            conn.execute(self._rollup_upsert, rows)
+
+    @functools.cached_property
+    def _rollup_upsert(self) -> Any:
+        """Insert rollup rows, or add them to the ones there (built once: building it costs more than running it)."""
         r = rollups_table.c
         dialect = self._engine.dialect.name
-        statement = (postgresql.insert(rollups_table) if dialect == "postgresql" else sqlite.insert(rollups_table))
+        statement = postgresql.insert(rollups_table) if dialect == "postgresql" else sqlite.insert(rollups_table)
         excluded = statement.excluded
-        conn.execute(statement.on_conflict_do_update(
+        return statement.on_conflict_do_update(
             index_elements=[r.bucket_ts, r.rubric, r.rubric_version, r.agent, r.dimension],
             set_={"scored": r.scored + excluded.scored, "passed": r.passed + excluded.passed,
                   "unscored": r.unscored + excluded.unscored, "score_sum": r.score_sum + excluded.score_sum},
-        ), rows)
+        )
 
     def _note_late_changes(self, rollup: dict[tuple[int, RollupKey], RollupSums]) -> None:
         """Remember changes to hours already past (a superseded result, a late record) for the window reader,
@@ -524,6 +584,22 @@ class SqlStore:
             query = query.where(results_table.c.current.is_(True))
         with self._tx() as conn:
             return [EvaluationResult.model_validate_json(p) for p in conn.execute(query).scalars()]
+
+    def find_results(self, *, rubric: str | None = None, agent: str | None = None, failed: bool = False,
+                     since: datetime | None = None, limit: int | None = None) -> list[EvaluationResult]:
+        """Current results, newest first, filtered in the database (``failed``: outcome fail or unscored)."""
+        c = results_table.c
+        query = select(c.payload).where(c.current.is_(True)).order_by(c.evaluated_ts.desc(), c.id.desc())
+        if rubric is not None:
+            query = query.where(c.rubric == rubric)
+        if agent is not None:
+            query = query.where(c.agent == _text(agent))
+        if failed:
+            query = query.where(c.outcome != "pass")
+        if since is not None:
+            query = query.where(c.evaluated_ts >= _ts(since))
+        with self._tx() as conn:
+            return [EvaluationResult.model_validate_json(p) for p in conn.execute(query.limit(limit)).scalars()]
 
     def record_failure(self, key: str, rubric: str, revision: int, error: str = "", calls: int = 0) -> int:
         f = failures_table.c
@@ -658,6 +734,31 @@ class SqlStore:
                                                         created_ts=datetime.now(UTC).timestamp()))
         except IntegrityError:
             pass  # generated concurrently by another evaluation: the first one stays
+
+    # judge drift canaries ------------------------------------------------------------------------------------
+
+    def record_canary_run(self, run: CanaryRun) -> None:
+        with self._tx() as conn:
+            conn.execute(insert(canary_runs_table).values(
+                rubric=run.rubric, rubric_version=run.rubric_version, judge_model=run.judge_model,
+                ran_ts=_ts(run.ran_at), judged=run.judged, agreement=run.agreement, score_shift=run.score_shift,
+                drift=run.drift))
+
+    def last_canary_runs(self) -> dict[str, CanaryRun]:
+        """The latest canary run of every rubric that has one."""
+        c = canary_runs_table.c
+        latest = select(c.rubric, func.max(c.id).label("id")).group_by(c.rubric).subquery()
+        with self._tx() as conn:
+            rows = conn.execute(select(canary_runs_table).join(latest, c.id == latest.c.id)).all()
+        return {row.rubric: CanaryRun(rubric=row.rubric, rubric_version=row.rubric_version,
+                                      judge_model=row.judge_model, ran_at=_dt(row.ran_ts), judged=row.judged,
+                                      agreement=row.agreement, score_shift=row.score_shift, drift=bool(row.drift))
+                for row in rows}
+
+    def drifting_rubrics(self) -> set[str]:
+        """Rubrics whose latest canary run found the judge drifting: their quality changes are the judge's, not
+        the agent's (the regression detector suppresses them)."""
+        return {name for name, run in self.last_canary_runs().items() if run.drift}
 
     def ping(self) -> None:
         with self._tx() as conn:
