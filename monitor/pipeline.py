@@ -84,6 +84,11 @@ class _Task:
     """Turns recorded before a crash cut this evaluation short."""
 
 
+EAGER_PLAN = 32
+"""Evaluations planned before the first judge call may start: a small cycle is planned whole, so its progress
+lines count against the real total; beyond it, judging overlaps the reading of the backlog."""
+
+
 @dataclass
 class _Judging:
     """The evaluations of one cycle in progress."""
@@ -94,6 +99,8 @@ class _Judging:
     """Per conversation key, its evaluations not finished yet."""
     incomplete: set[str] = field(default_factory=set)
     """Conversations not to mark scored this cycle: an evaluation failed, was deferred by the cap or stopped."""
+    planned: int = 0
+    started: int = 0
 
 
 @dataclass
@@ -377,7 +384,9 @@ class Pipeline:
         try:
             for tasks in plan:
                 running.extend(asyncio.ensure_future(self._run(task, judging, report, now)) for task in tasks)
-                await asyncio.sleep(0)  # let the calls in flight progress between two conversations
+                judging.planned += len(tasks)
+                if judging.planned >= EAGER_PLAN:
+                    await asyncio.sleep(0)  # let the calls in flight progress between two conversations
                 if self.stop.is_set():
                     report.stopped_early = True
                     break
@@ -400,6 +409,10 @@ class Pipeline:
                 report.stopped_early = True
                 judging.incomplete.add(key)
                 return
+            judging.started += 1
+            # One line per evaluation: on a slow judge (the embedded model on a CPU) it shows the work moving.
+            log.info("judging %d/%d: conversation %s, rubric %s", judging.started, judging.planned,
+                     task.conversation.id, task.rubric.name)
             try:
                 done = await self._judge_one(task, report, now)
             except StoreError as exc:

@@ -585,6 +585,22 @@ class SqlStore:
         with self._tx() as conn:
             return [EvaluationResult.model_validate_json(p) for p in conn.execute(query).scalars()]
 
+    def find_results(self, *, rubric: str | None = None, agent: str | None = None, failed: bool = False,
+                     since: datetime | None = None, limit: int | None = None) -> list[EvaluationResult]:
+        """Current results, newest first, filtered in the database (``failed``: outcome fail or unscored)."""
+        c = results_table.c
+        query = select(c.payload).where(c.current.is_(True)).order_by(c.evaluated_ts.desc(), c.id.desc())
+        if rubric is not None:
+            query = query.where(c.rubric == rubric)
+        if agent is not None:
+            query = query.where(c.agent == _text(agent))
+        if failed:
+            query = query.where(c.outcome != "pass")
+        if since is not None:
+            query = query.where(c.evaluated_ts >= _ts(since))
+        with self._tx() as conn:
+            return [EvaluationResult.model_validate_json(p) for p in conn.execute(query.limit(limit)).scalars()]
+
     def record_failure(self, key: str, rubric: str, revision: int, error: str = "", calls: int = 0) -> int:
         f = failures_table.c
         where = and_(f.conversation_key == key, f.rubric == rubric, f.revision == revision)
