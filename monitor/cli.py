@@ -36,8 +36,10 @@ def _configure_logging(level: str) -> None:
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     if logging.getLogger().getEffectiveLevel() > logging.DEBUG:
         # A line per HTTP request and per scheduler tick would bury the daemon's own progress lines.
-        for chatty in ("httpx", "httpx2", "apscheduler"):
+        for chatty in ("httpx", "httpx2"):
             logging.getLogger(chatty).setLevel(logging.WARNING)
+        # Its warning that a run was skipped while a long first cycle runs is expected (runs are coalesced).
+        logging.getLogger("apscheduler").setLevel(logging.ERROR)
         # azure-identity logs every credential it tried; our error says it in one line.
         logging.getLogger("azure.identity").setLevel(logging.ERROR)
 

@@ -267,6 +267,10 @@ def built() -> Iterator[Built]:
     sizes = {tag: image_size(buildah, tag) for tag in (base, IMAGE_LOCAL)}
     print(f"image sizes: {sizes}")
     yield Built(buildah, base, sizes)
+    if os.environ.get("RUBRIC_MONITOR_IMAGE_REUSE") != "1":
+        # Only the debootstrap'ed base is worth keeping: with vfs each image is a full copy on disk.
+        buildah("rmi", IMAGE_LOCAL, check=False)
+        buildah("rmi", "--prune", check=False)
 
 
 @pytest.fixture(scope="module")
@@ -410,16 +414,21 @@ def test_daemon_answers_readyz_and_metrics(built: Built, container: str, tmp_pat
         assert database.is_file() and database.stat().st_uid == UID
     finally:
         # SIGTERM to the daemon itself (not to buildah, which would kill it): it finishes what is in flight.
-        daemon = [p for p in descendants(process.pid) if b"rubric-monitor" in Path(f"/proc/{p}/cmdline").read_bytes()]
+        # (buildah's helpers, buildah-chroot-exec among them, carry the same arguments: match the interpreter.)
+        daemon = [p for p in descendants(process.pid) if Path(f"/proc/{p}/cmdline").read_bytes().startswith(
+            b"/opt/rubric-monitor/bin/python3\0/opt/rubric-monitor/bin/rubric-monitor\0run\0")]
         for pid in daemon:
             os.kill(pid, signal.SIGTERM)
         try:
-            process.wait(timeout=240)
+            # The embedded judge's llama.cpp server lets the generation in flight finish before it stops
+            # (about a minute on two busy cores), past shutdown_grace_seconds.
+            process.wait(timeout=300)
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait(timeout=30)
-    assert daemon, "the daemon's process was not found under buildah run"
+    assert len(daemon) == 1, "the daemon's process was not found under buildah run"
     assert process.returncode == 0, log.read_text()[-4000:]
+    assert "Scheduler has been shut down" in log.read_text()
 
 
 def probe(url: str) -> tuple[int, str]:

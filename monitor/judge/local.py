@@ -80,6 +80,10 @@ class LocalModelServer:
         # Threads that spin while they wait for each other lose their time slices on a shared CPU: with polling
         # on, two threads generated 0.7 tokens/s at load 10 on 2 cores.
         params.cpuparams.poll = 0
+        # llama.cpp's own info lines (a dozen per request) would bury the daemon's progress lines; its warnings
+        # and errors (verbosity -1) still show, and everything does at log level DEBUG.
+        if not log.isEnabledFor(logging.DEBUG):
+            params.verbosity = -1
         params.cpuparams_batch.poll = 0
         self._xllamacpp: Any = xllamacpp
         started = time.monotonic()
@@ -87,8 +91,8 @@ class LocalModelServer:
         self.base_url = str(self._server.listening_address) + "/v1"
         self.model_path = Path(path)
         # The first thing a quick-start user waits for: say it is done, and how long it took.
-        log.info("embedded judge loaded: %s in %.1f s (llama.cpp on %s, %d threads)", self.model_path.name,
-                 time.monotonic() - started, self.base_url, settings.threads)
+        log.info("embedded judge loaded: %s in %.1f s (llama.cpp on %s, %d thread%s)", self.model_path.name,
+                 time.monotonic() - started, self.base_url, settings.threads, "" if settings.threads == 1 else "s")
 
     def grammar(self, schema: dict[str, Any]) -> str:
         """llama.cpp's grammar for a JSON schema (llguidance's, in the builds xllamacpp ships)."""
