@@ -312,6 +312,7 @@ def build_monitor(settings: Settings, registry: CollectorRegistry | None = None)
     stages = build_stages(settings, registry)
     metrics, rubrics, source, judge = stages.metrics, stages.rubrics, stages.source, stages.judge
     assert source is not None and judge is not None  # build_stages raises when a stage cannot be built
+    metrics.judge_configured(settings.judge.kind, settings.judge.model)
     try:
         store = SqlStore(stages.url)
     except StoreError as exc:

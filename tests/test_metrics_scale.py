@@ -20,6 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import event
 
 from monitor.app import build_monitor
+from monitor.evaluators.prompts import PROMPT_VERSION
 from monitor.exposition import Exposition
 from monitor.health import HealthState, MonitorHTTPServer
 from monitor.metrics import SKIP_REASONS, MonitorMetrics
@@ -124,6 +125,12 @@ def test_scraping_the_daemon_never_queries_the_store(tmp_path: Path) -> None:
     assert b"rubric_monitor_dimension_scores_total{" in text and text == after
     assert headers["Content-Encoding"] == "gzip" and gzip.decompress(zipped) == text
     assert openmetrics.endswith(b"# EOF\n") and openmetrics.count(b"# EOF") == 1
+    info = f'rubric_monitor_judge_info{{kind="openai",model="judge-model",prompt_version="{PROMPT_VERSION}"}} 1.0'
+    assert info.encode() in text
+    assert b'rubric_monitor_judge_requests_total{model="judge-model",outcome="timeout"} 0.0' in text
+    # Each active rubric's skip reasons exist from the start, at zero until counted.
+    assert b'rubric_monitor_evaluations_skipped_total{reason="cycle_cap",rubric="restaurant-reservation"} 0.0' in text
+    assert b"_created" not in text + openmetrics
 
 
 def quality_series(text: str) -> dict[str, int]:
@@ -166,6 +173,7 @@ def test_promtool_accepts_a_realistic_scrape(served: Served) -> None:
                              check=False)
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert b"rubric_monitor_dimension_scores_total{" in body and b"rubric_monitor_judge_requests_total" in body
+    assert b'rubric_monitor_build_info{version="' in body and b"_created" not in body
 
 
 def test_openmetrics_carries_exemplars_with_the_trace_id(served: Served) -> None:
@@ -230,3 +238,22 @@ def test_db_rebuild_rollups_restores_them_from_the_results(tmp_path: Path) -> No
     store = SqlStore(f"sqlite:///{tmp_path / 'results.db'}")
     assert store.rollup_sums(*hours) == before
     store.close()
+
+
+def test_after_a_restart_the_windows_come_back_and_every_label_set_exists_at_zero(served: Served) -> None:
+    served.fill(rubrics=2, agents=2, dims=2, now=datetime.now(UTC))
+    _, before = get(served.url)
+    restarted = MonitorMetrics(CollectorRegistry(), [parse_window(w) for w in ("1h", "24h")], 3)
+    restarted.quality.refresh(served.store, datetime.now(UTC))
+    after = restarted.quality.rendered.text.decode()
+    old = {(s.name, tuple(sorted(s.labels.items()))): s.value
+           for f in text_string_to_metric_families(before.decode()) for s in f.samples}
+    new = {(s.name, tuple(sorted(s.labels.items()))): s.value for f in text_string_to_metric_families(after)
+           for s in f.samples}
+    quality = {spec.name for spec in QUALITY_FAMILIES}
+    assert {k for k in old if k[0] in quality} == set(new)  # the same series
+    for key, value in new.items():
+        if key[0].endswith("_total"):
+            assert value == 0, key  # counters start again at zero
+        else:
+            assert value == old[key], key  # the windows are read back from the rollups

@@ -220,6 +220,11 @@ def test_a_spent_daily_budget_pauses_the_rubric(setup: Setup) -> None:
     assert skipped(monitor, "budget_exhausted") == 2
     assert monitor.registry.get_sample_value("rubric_monitor_budget_exhausted",
                                              {"rubric": "restaurant-reservation"}) == 1
+    # One metric per unit: tokens for a token budget, no USD series for a rubric without a USD budget.
+    assert monitor.registry.get_sample_value("rubric_monitor_budget_remaining_tokens",
+                                             {"rubric": "restaurant-reservation"}) == 0
+    assert monitor.registry.get_sample_value("rubric_monitor_budget_remaining_usd",
+                                             {"rubric": "restaurant-reservation"}) is None
     monitor.close()
 
 
