@@ -258,8 +258,18 @@ def test_settings_configmap_passes_rubric_monitor_check(name: str, tmp_path: Pat
     for key, text in one(objects, "ConfigMap", "rubric-monitor-rubrics")["data"].items():
         (rubrics / key).write_text(text, encoding="utf-8")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RUBRIC_MONITOR_", "OPENAI_", "AZURE_"))}
-    # Only the mount point differs from the pod: the rubrics ConfigMap is written under tmp_path.
+    # Only the mount points differ from the pod: the rubrics ConfigMap, the Secret's files and the data volume
+    # are under tmp_path (check refuses a key file or a store directory that does not exist, as run does).
     env["RUBRIC_MONITOR_RUBRICS__DIRECTORY"] = str(rubrics)
+    settings = yaml.safe_load(config.read_text(encoding="utf-8"))
+    if settings["judge"].get("api_key_file"):
+        (tmp_path / "judge-api-key").write_text("sk-test-key-from-the-secret\n", encoding="utf-8")
+        env["RUBRIC_MONITOR_JUDGE__API_KEY_FILE"] = str(tmp_path / "judge-api-key")
+    if settings["store"].get("url_file"):
+        (tmp_path / "store-url").write_text("postgresql+psycopg://rm:pw@db/rm\n", encoding="utf-8")
+        env["RUBRIC_MONITOR_STORE__URL_FILE"] = str(tmp_path / "store-url")
+    elif settings["store"]["url"].startswith("sqlite:"):
+        env["RUBRIC_MONITOR_STORE__URL"] = f"sqlite:///{tmp_path / 'rubric-monitor.db'}"
     env["PYTHONPATH"] = str(REPO)
     result = subprocess.run([sys.executable, "-m", "monitor", "check", "--config", str(config)], env=env,
                             capture_output=True, text=True, timeout=120, check=False)
