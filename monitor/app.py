@@ -131,7 +131,7 @@ def build_monitor(settings: Settings, registry: CollectorRegistry | None = None)
     if url.startswith("sqlite") and (":memory:" in url or url.rstrip("/") in ("sqlite:", "sqlite+pysqlite:")):
         # One shared connection between the cycle thread and the scrape thread: writes would fail at random.
         raise ConfigError("settings", "store.url", "an in-memory SQLite database cannot back the daemon; use a file")
-    store = SqlStore(url)
+    store = SqlStore(url, settings.store.migrate)
     source = build_source(settings.source, metrics)
     judge = build_judge(settings.judge, metrics)
     registry.register(StoredAggregatesCollector(lambda _: store.window_aggregates(windows, utc_now()),

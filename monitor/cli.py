@@ -190,6 +190,10 @@ def build_parser() -> argparse.ArgumentParser:
     from monitor.rubrics.commands import add_rubrics_commands
 
     add_rubrics_commands(sub)
+
+    from monitor.store.commands import add_db_commands
+
+    add_db_commands(sub)
     return parser
 
 

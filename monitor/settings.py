@@ -210,6 +210,9 @@ class StoreSettings(_Section):
     """SQLAlchemy URL: ``sqlite:///path.db`` or ``postgresql+psycopg://user@host/db``."""
     url_file: Path | None = None
     """File holding the URL (when it carries a password)."""
+    migrate: Literal["check", "auto"] = "check"
+    """Schema migrations at start-up. ``check``: create an empty database, refuse (exit 2) one whose schema is
+    behind this release (run ``rubric-monitor db upgrade``). ``auto``: upgrade it."""
     store_content: bool = True
     """Keep the exact prompt and raw judge reply with each result (turn off when transcripts are sensitive)."""
 

@@ -39,6 +39,8 @@ from monitor.errors import StoreError
 from monitor.metrics import WindowAggregate
 from monitor.models import EvaluationResult, SpanRecord
 from monitor.store.base import LatePolicy, PendingConversation, StoredSpans
+from monitor.store.migrate import MigrateMode
+from monitor.store.migrate import prepare as prepare_schema
 
 metadata = MetaData()
 
@@ -66,6 +68,10 @@ conversations_table = Table(
     Column("status", String(16), nullable=False, index=True),  # pending | scored | pruned (scored, spans deleted)
     Column("revision", Integer, nullable=False),
     Column("scored_ts", Float),
+    # Replicas on one PostgreSQL: the replica judging this conversation, until when (a lease it renews while
+    # judging; a dead replica's claims expire and another takes them over).
+    Column("claimed_by", Text),
+    Column("claim_expires_ts", Float),
 )
 checkpoints_table = Table(
     "checkpoints", metadata,
@@ -145,9 +151,10 @@ def _dt(value: float) -> datetime:
 
 
 class SqlStore:
-    """``ResultStore`` over any SQLAlchemy URL; creates its tables on first use."""
+    """``ResultStore`` over any SQLAlchemy URL. An empty database is created at the newest schema revision; one
+    behind it is upgraded with ``migrate="auto"``, else refused (``SchemaBehind``, see ``monitor.store.migrate``)."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, migrate: MigrateMode = "auto") -> None:
         self.url = url
         kwargs: dict[str, Any] = {}
         if url.startswith("sqlite") and (url.endswith(":memory:") or url in ("sqlite://", "sqlite+pysqlite://")):
@@ -155,7 +162,7 @@ class SqlStore:
             kwargs = {"poolclass": StaticPool, "connect_args": {"check_same_thread": False}}
         try:
             self._engine = create_engine(url, future=True, **kwargs)
-            metadata.create_all(self._engine)
+            prepare_schema(self._engine, migrate, f"store {self._safe_url()}")
         except SQLAlchemyError as exc:
             raise StoreError(f"store {self._safe_url()}: {exc}") from exc
 
