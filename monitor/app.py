@@ -31,6 +31,7 @@ from monitor.rubrics.registry import RubricRegistry
 from monitor.rubrics.schema import Rubric
 from monitor.settings import JudgeSettings, Settings, SourceSettings, read_secret
 from monitor.sources.base import TraceSource
+from monitor.store.replicas import SingleReplicaLock, replica_id
 from monitor.store.sql import SqlStore
 
 log = logging.getLogger(__name__)
@@ -91,6 +92,7 @@ class Monitor:
     pipeline: Pipeline
     health: HealthState
     store: SqlStore
+    single_replica: SingleReplicaLock | None = None
 
     def run_cycle(self) -> CycleReport:
         started = utc_now()
@@ -118,6 +120,8 @@ class Monitor:
         self.pipeline.close()
         self.pipeline.source.close()
         self.store.close()
+        if self.single_replica is not None:
+            self.single_replica.release()
 
 
 def build_monitor(settings: Settings, registry: CollectorRegistry | None = None) -> Monitor:
@@ -131,7 +135,13 @@ def build_monitor(settings: Settings, registry: CollectorRegistry | None = None)
     if url.startswith("sqlite") and (":memory:" in url or url.rstrip("/") in ("sqlite:", "sqlite+pysqlite:")):
         # One shared connection between the cycle thread and the scrape thread: writes would fail at random.
         raise ConfigError("settings", "store.url", "an in-memory SQLite database cannot back the daemon; use a file")
-    store = SqlStore(url, settings.store.migrate)
+    replica = settings.replicas.replica_id or replica_id()
+    single = SingleReplicaLock(url, replica)
+    try:
+        store = SqlStore(url, settings.store.migrate)
+    except BaseException:
+        single.release()
+        raise
     source = build_source(settings.source, metrics)
     judge = build_judge(settings.judge, metrics)
     registry.register(StoredAggregatesCollector(lambda _: store.window_aggregates(windows, utc_now()),
@@ -158,11 +168,14 @@ def build_monitor(settings: Settings, registry: CollectorRegistry | None = None)
         sampling_settings=settings.sampling,
         judge_settings=judge_settings,
         completeness_delay=timedelta(seconds=delay),
+        replica=replica,
+        lease_seconds=settings.replicas.lease_seconds,
+        claim_batch=settings.replicas.claim_batch,
     )
     health = HealthState(interval=timedelta(seconds=settings.interval_seconds))
     health.checks["judge"] = lambda: _judge_problem(judge)
     health.checks["rubrics"] = lambda: "; ".join(f"{k}: {v}" for k, v in rubrics.problems.items()) or None
-    return Monitor(settings, registry, metrics, pipeline, health, store)
+    return Monitor(settings, registry, metrics, pipeline, health, store, single)
 
 
 class _Frozen:

@@ -9,6 +9,7 @@ unscored, so nothing waits forever and nothing is lost).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 from collections import Counter
@@ -27,6 +28,7 @@ from monitor.sampling import is_sampled
 from monitor.settings import ConversationSettings, JudgeSettings, SamplingSettings
 from monitor.sources.base import TraceSource
 from monitor.store.base import PendingConversation, ResultStore
+from monitor.store.replicas import replica_id
 
 log = logging.getLogger(__name__)
 
@@ -84,64 +86,94 @@ class Pipeline:
     stop: threading.Event = field(default_factory=threading.Event)
     """Set on SIGTERM: evaluations in flight finish and are recorded; no new one starts."""
     loop: asyncio.AbstractEventLoop = field(default_factory=asyncio.new_event_loop)
+    replica: str = field(default_factory=replica_id)
+    """This replica's name on the conversations it claims."""
+    lease_seconds: float = 120.0
+    """How long a claim lasts unless renewed (every third of it while judging)."""
+    claim_batch: int = 16
+    """Conversations claimed at a time: replicas sharing a backlog each take a batch, judge it, take the next."""
 
     def run_cycle(self, now: datetime | None = None) -> CycleReport:
         now = now or utc_now()
         report = CycleReport(started_at=now)
         self._refresh_rubrics(report)
         self._pull(report, now)
+        budget = self.sampling_settings.max_per_cycle
         try:
-            ready = self._ready(now)
-        except StoreError as exc:
-            self._note_failure(report, "store", exc)
-            ready = []
-        report.conversations_ready = len(ready)
-        try:
-            tasks, waiting, deferred = self._plan(ready, report, now)
-        except StoreError as exc:
-            self._note_failure(report, "store", exc)
-            tasks, waiting, deferred = [], Counter(), set()
-        if tasks:
-            self.loop.run_until_complete(self._judge_all(tasks, waiting, deferred, report, now))
+            while True:
+                claimed, planned = self._judge_batch(report, now, budget)
+                budget -= planned
+                if not claimed or budget <= 0 or self.stop.is_set():
+                    break
+        finally:
+            # What this cycle claimed but did not finish (judge down, cycle cap, SIGTERM) is free for any replica
+            # at once, rather than after the lease.
+            self._release_claims(report)
         self._prune(report, now)
         report.finished_at = utc_now()
         return report
+
+    def _judge_batch(self, report: CycleReport, now: datetime, budget: int) -> tuple[int, int]:
+        """Claim up to a batch of ready conversations, judge them; returns (claimed, evaluations planned)."""
+        try:
+            claimed, ready = self._ready(now, max(1, min(self.claim_batch, budget)))
+        except StoreError as exc:
+            self._note_failure(report, "store", exc)
+            return 0, 0
+        report.conversations_ready += len(ready)
+        try:
+            tasks, waiting, deferred = self._plan(ready, report, now, budget)
+        except StoreError as exc:
+            self._note_failure(report, "store", exc)
+            return 0, 0
+        if tasks:
+            self.loop.run_until_complete(self._judge_all(tasks, waiting, deferred, report, now))
+        return claimed, len(tasks)
 
     # ① pull ------------------------------------------------------------------------------------------------------
 
     def _pull(self, report: CycleReport, now: datetime) -> None:
         name = self.source.name
         try:
-            checkpoint = self.store.checkpoint(name)
-            for batch in self.source.pull(checkpoint, now):
-                stored = self.store.add_spans(name, batch.spans, batch.checkpoint,
-                                              self.conversation_settings.late_turns)
-                report.spans_read += len(batch.spans)
-                report.spans_new += stored.new
-                self.metrics.spans.labels(name).inc(len(batch.spans))
-                self.metrics.source_rows.labels(name).inc(batch.rows)
-                for reason, count in batch.rejected.items():
-                    self.metrics.spans_rejected.labels(name, reason).inc(count)
-                if stored.late_ignored:
-                    log.info("late spans of %d already scored conversation(s) ignored", stored.late_ignored)
-                if self.stop.is_set():
-                    break
+            with self.store.poller_lock(name) as poller:
+                if not poller:
+                    log.debug("source %s is being read by another replica; this one only judges", name)
+                    return
+                self._pull_batches(report, now)
         except SourceError as exc:
             self.metrics.source_errors.labels(name, exc.kind).inc()
             self._note_failure(report, "source", exc)
         except StoreError as exc:
             self._note_failure(report, "store", exc)
 
+    def _pull_batches(self, report: CycleReport, now: datetime) -> None:
+        name = self.source.name
+        checkpoint = self.store.checkpoint(name)
+        for batch in self.source.pull(checkpoint, now):
+            stored = self.store.add_spans(name, batch.spans, batch.checkpoint, self.conversation_settings.late_turns)
+            report.spans_read += len(batch.spans)
+            report.spans_new += stored.new
+            self.metrics.spans.labels(name).inc(len(batch.spans))
+            self.metrics.source_rows.labels(name).inc(batch.rows)
+            for reason, count in batch.rejected.items():
+                self.metrics.spans_rejected.labels(name, reason).inc(count)
+            if stored.late_ignored:
+                log.info("late spans of %d already scored conversation(s) ignored", stored.late_ignored)
+            if self.stop.is_set():
+                break
+
     # ②③ assemble and sample ----------------------------------------------------------------------------------
 
-    def _ready(self, now: datetime) -> list[tuple[PendingConversation, Conversation]]:
+    def _ready(self, now: datetime, limit: int) -> tuple[int, list[tuple[PendingConversation, Conversation]]]:
+        """Claim up to ``limit`` ready conversations no other replica holds; returns (claimed, assembled)."""
         horizon = now - self.completeness_delay
-        pending = self.store.ready_conversations(
+        pending = self.store.claim_ready(
+            self.replica, self.lease_seconds,
             idle_before=horizon - timedelta(seconds=self.conversation_settings.idle_timeout_seconds),
             started_before=horizon - timedelta(seconds=self.conversation_settings.max_age_seconds),
             # Each ready conversation needs at least one evaluation or is marked scored at once, so a backlog
             # drains at this pace without assembling all of it every cycle.
-            limit=max(1, self.sampling_settings.max_per_cycle),
+            limit=limit,
         )
         ready: list[tuple[PendingConversation, Conversation]] = []
         for item in pending:
@@ -164,10 +196,11 @@ class Pipeline:
             if conversation.truncated:
                 self.metrics.conversations_truncated.labels(self.source.name).inc()
             ready.append((item, conversation))
-        return ready
+        return len(pending), ready
 
     def _plan(
-        self, ready: Sequence[tuple[PendingConversation, Conversation]], report: CycleReport, now: datetime
+        self, ready: Sequence[tuple[PendingConversation, Conversation]], report: CycleReport, now: datetime,
+        cap: int
     ) -> tuple[list[_Task], Counter[str], set[str]]:
         """Sampling, budgets and the per-cycle cap decide which evaluations run now. ``waiting`` counts, per
         conversation key, the evaluations it still needs this cycle; a conversation is marked scored when it
@@ -175,7 +208,6 @@ class Pipeline:
         tasks: list[_Task] = []
         waiting: Counter[str] = Counter()
         deferred_keys: set[str] = set()
-        cap = self.sampling_settings.max_per_cycle
         for pending, conversation in ready:
             rubrics = self.rubrics.for_agent(conversation.agent_name, conversation.agent_id)
             sampled = deferred = already = 0
@@ -231,6 +263,7 @@ class Pipeline:
                          report: CycleReport, now: datetime) -> None:
         gate = asyncio.Semaphore(self.judge_settings.concurrency)
         incomplete: set[str] = set(deferred)
+        in_flight = {t.pending.key for t in tasks}
 
         async def run(task: _Task) -> None:
             key = task.pending.key
@@ -248,6 +281,8 @@ class Pipeline:
             if not done:
                 incomplete.add(key)
             waiting[key] -= 1
+            if waiting[key] == 0:
+                in_flight.discard(key)
             if waiting[key] == 0 and key not in incomplete:
                 try:
                     self.store.mark_scored(key, task.pending.revision)
@@ -256,10 +291,27 @@ class Pipeline:
                     self._note_failure(report, "store", exc)
 
         # Every task runs to its end (none is left on the loop for the next cycle to resume with stale state).
-        outcomes = await asyncio.gather(*(run(t) for t in tasks), return_exceptions=True)
+        keeper = asyncio.ensure_future(self._keep_claims(in_flight, report))
+        try:
+            outcomes = await asyncio.gather(*(run(t) for t in tasks), return_exceptions=True)
+        finally:
+            keeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await keeper
         for outcome in outcomes:
             if isinstance(outcome, Exception):
                 self._note_failure(report, "evaluate", outcome)
+
+    async def _keep_claims(self, keys: set[str], report: CycleReport) -> None:
+        """Renew the leases of the conversations still being judged, so a slow judge never lets another replica
+        take over a conversation this one is about to record."""
+        while True:
+            await asyncio.sleep(self.lease_seconds / 3)
+            if keys:
+                try:
+                    self.store.renew_claims(self.replica, sorted(keys), self.lease_seconds)
+                except StoreError as exc:
+                    self._note_failure(report, "store", exc)
 
     async def _judge_one(self, task: _Task, report: CycleReport, now: datetime) -> bool:
         """Evaluate and record one (conversation, rubric); False when it must be tried again next cycle."""
@@ -336,6 +388,12 @@ class Pipeline:
             self.rubrics.refresh()
         except Exception as exc:
             self._note_failure(report, "rubrics", exc)
+
+    def _release_claims(self, report: CycleReport) -> None:
+        try:
+            self.store.release_claims(self.replica)
+        except StoreError as exc:
+            self._note_failure(report, "store", exc)
 
     def _prune(self, report: CycleReport, now: datetime) -> None:
         try:

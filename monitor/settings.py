@@ -217,6 +217,17 @@ class StoreSettings(_Section):
     """Keep the exact prompt and raw judge reply with each result (turn off when transcripts are sensitive)."""
 
 
+class ReplicaSettings(_Section):
+    lease_seconds: float = Field(default=120.0, ge=1.0)
+    """A replica's claim on the conversations it judges lasts this long, renewed every third of it while judging;
+    the conversations of a replica that died are judged by another once its claims expire."""
+    claim_batch: int = Field(default=16, ge=1)
+    """Conversations a replica claims at a time within a cycle; smaller batches share a backlog more evenly
+    between replicas (PostgreSQL; SQLite serves one replica)."""
+    replica_id: str | None = None
+    """This replica's name in the store's claims; default ``host:pid:random``."""
+
+
 class MetricsSettings(_Section):
     host: str = "127.0.0.1"
     """Address of the Prometheus endpoint (``/metrics``) and health probes (``/healthz``, ``/readyz``)."""
@@ -254,6 +265,7 @@ class Settings(BaseSettings):
     judge: JudgeSettings = JudgeSettings()
     store: StoreSettings = StoreSettings()
     metrics: MetricsSettings = MetricsSettings()
+    replicas: ReplicaSettings = ReplicaSettings()
 
     @model_validator(mode="after")
     def _check_judge(self) -> Settings:

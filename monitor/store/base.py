@@ -9,6 +9,7 @@ is recorded exactly once, and a conversation already scored is never sent to the
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Literal, Protocol
@@ -51,6 +52,24 @@ class ResultStore(Protocol):
                             limit: int | None = None) -> list[PendingConversation]:
         """Unscored conversations whose last span is older than ``idle_before`` or whose first span is older than
         ``started_before``, oldest first, at most ``limit``."""
+        ...
+
+    def claim_ready(self, owner: str, lease_seconds: float, idle_before: datetime, started_before: datetime,
+                    limit: int | None = None) -> list[PendingConversation]:
+        """Like ``ready_conversations``, only those no other replica holds an unexpired claim on (nor this one:
+        a conversation is taken once per cycle), claimed for ``owner`` for ``lease_seconds`` of wall-clock time."""
+        ...
+
+    def renew_claims(self, owner: str, keys: Sequence[str], lease_seconds: float) -> int:
+        """Extend ``owner``'s claims on ``keys``; returns how many it still held."""
+        ...
+
+    def release_claims(self, owner: str) -> int:
+        """Free ``owner``'s claims on conversations still pending; returns how many."""
+        ...
+
+    def poller_lock(self, source: str) -> AbstractContextManager[bool]:
+        """True inside the block for the one replica that reads ``source`` now."""
         ...
 
     def spans_of(self, key: str) -> list[SpanRecord]: ...

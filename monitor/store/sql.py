@@ -5,11 +5,14 @@ Times are stored as UTC epoch seconds (floats): exact to compare on every backen
 
 from __future__ import annotations
 
+import hashlib
+import logging
+import time
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, date, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import (
     Boolean,
@@ -18,6 +21,7 @@ from sqlalchemy import (
     Float,
     Integer,
     MetaData,
+    Select,
     String,
     Table,
     Text,
@@ -29,6 +33,7 @@ from sqlalchemy import (
     func,
     insert,
     select,
+    text,
     update,
 )
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
@@ -129,6 +134,14 @@ items_table = Table(
 )
 
 _CHUNK = 500
+_CONFLICT_ATTEMPTS = 3
+_T = TypeVar("_T")
+log = logging.getLogger(__name__)
+
+
+def _lock_key(name: str) -> int:
+    """A stable signed 64-bit advisory lock key for a name (the same in every replica and release)."""
+    return int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big", signed=True)
 
 
 def _text(value: str) -> str:
@@ -187,7 +200,52 @@ class SqlStore:
             value = row.scalar_one_or_none()
         return value
 
+    def _retrying(self, what: str, write: Callable[[], _T]) -> _T:
+        """Run a write transaction again when another replica inserted the same row first (the loser's
+        transaction is rolled back whole; run again, it sees the winner's row)."""
+        for _ in range(_CONFLICT_ATTEMPTS - 1):
+            try:
+                return write()
+            except IntegrityError as exc:
+                log.info("store: %s conflicted with another writer (%s); trying again", what, exc.orig)
+        try:
+            return write()
+        except IntegrityError as exc:
+            raise StoreError(f"store {self._safe_url()}: {what}: {exc.orig}") from exc
+
+    @contextmanager
+    def poller_lock(self, source: str) -> Iterator[bool]:
+        """True for the one replica that may read ``source`` now (a PostgreSQL session advisory lock, released
+        when the block ends or the replica's connection dies); False for the others, which skip the pull."""
+        if self._engine.dialect.name != "postgresql":
+            yield True  # SQLite: one replica per file (see monitor.store.replicas)
+            return
+        key = _lock_key(f"poll:{source}")
+        try:
+            conn = self._engine.connect()
+            held = bool(conn.execute(text("SELECT pg_try_advisory_lock(:key)"), {"key": key}).scalar())
+            conn.commit()
+        except SQLAlchemyError as exc:
+            raise StoreError(f"store {self._safe_url()}: {exc}") from exc
+        try:
+            yield held
+        finally:
+            try:
+                if held:
+                    conn.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": key})
+                    conn.commit()
+                conn.close()
+            except SQLAlchemyError:
+                conn.invalidate()  # closing the session for real releases its advisory locks
+                conn.close()
+
     def add_spans(
+        self, source: str, spans: Sequence[SpanRecord], checkpoint: str, late_turns: LatePolicy
+    ) -> StoredSpans:
+        return self._retrying(f"storing spans of {source}",
+                              lambda: self._add_spans(source, spans, checkpoint, late_turns))
+
+    def _add_spans(
         self, source: str, spans: Sequence[SpanRecord], checkpoint: str, late_turns: LatePolicy
     ) -> StoredSpans:
         unique = {(s.trace_id, s.span_id): s for s in map(_clean_ids, spans)}
@@ -302,17 +360,64 @@ class SqlStore:
 
     # ② conversations -------------------------------------------------------------------------------------------
 
+    @staticmethod
+    def _ready_query(idle_before: datetime, started_before: datetime, limit: int | None) -> Select[Any]:
+        c = conversations_table.c
+        return (select(c.key, c.revision, c.first_span_ts, c.last_span_ts)
+                .where(c.status == "pending")
+                .where((c.last_span_ts <= _ts(idle_before)) | (c.first_span_ts <= _ts(started_before)))
+                .order_by(c.first_span_ts, c.key)
+                .limit(limit))
+
     def ready_conversations(self, idle_before: datetime, started_before: datetime,
                             limit: int | None = None) -> list[PendingConversation]:
+        with self._tx() as conn:
+            rows = conn.execute(self._ready_query(idle_before, started_before, limit)).all()
+        return [PendingConversation(r.key, r.revision, _dt(r.first_span_ts), _dt(r.last_span_ts)) for r in rows]
+
+    def claim_ready(self, owner: str, lease_seconds: float, idle_before: datetime, started_before: datetime,
+                    limit: int | None = None) -> list[PendingConversation]:
         c = conversations_table.c
-        query = (select(c.key, c.revision, c.first_span_ts, c.last_span_ts)
-                 .where(c.status == "pending")
-                 .where((c.last_span_ts <= _ts(idle_before)) | (c.first_span_ts <= _ts(started_before)))
-                 .order_by(c.first_span_ts, c.key)
-                 .limit(limit))
+        now = time.time()  # leases are wall-clock time shared by every replica, whatever clock a cycle runs on
+        # A claim ends when it expires or its conversation is scored (``claimed_by`` then stays: who scored it).
+        unclaimed = c.claim_expires_ts.is_(None) | (c.claim_expires_ts < now)
+        # FOR UPDATE SKIP LOCKED: replicas claiming at the same moment each get different conversations, without
+        # waiting for one another (SQLite, one replica, ignores it).
+        query = self._ready_query(idle_before, started_before, limit).where(unclaimed).with_for_update(
+            skip_locked=True, of=conversations_table)
         with self._tx() as conn:
             rows = conn.execute(query).all()
+            keys = [r.key for r in rows]
+            for start in range(0, len(keys), _CHUNK):
+                conn.execute(update(conversations_table).where(c.key.in_(keys[start:start + _CHUNK]))
+                             .values(claimed_by=owner, claim_expires_ts=now + lease_seconds))
         return [PendingConversation(r.key, r.revision, _dt(r.first_span_ts), _dt(r.last_span_ts)) for r in rows]
+
+    def renew_claims(self, owner: str, keys: Sequence[str], lease_seconds: float) -> int:
+        c = conversations_table.c
+        renewed = 0
+        with self._tx() as conn:
+            for start in range(0, len(keys), _CHUNK):
+                renewed += conn.execute(
+                    update(conversations_table)
+                    .where(and_(c.claimed_by == owner, c.key.in_(list(keys[start:start + _CHUNK]))))
+                    .values(claim_expires_ts=time.time() + lease_seconds)).rowcount or 0
+        return renewed
+
+    def release_claims(self, owner: str) -> int:
+        c = conversations_table.c
+        with self._tx() as conn:
+            return conn.execute(update(conversations_table)
+                                .where(and_(c.claimed_by == owner, c.status == "pending"))
+                                .values(claim_expires_ts=None)).rowcount or 0
+
+    def claims(self) -> dict[str, tuple[str, str | None]]:
+        """Conversation key → (status, the replica that claimed it last): who judged what, for operators and
+        tests."""
+        c = conversations_table.c
+        with self._tx() as conn:
+            rows = conn.execute(select(c.key, c.status, c.claimed_by)).all()
+        return {str(r.key): (str(r.status), r.claimed_by) for r in rows}
 
     def spans_of(self, key: str) -> list[SpanRecord]:
         query = (select(spans_table.c.payload).where(spans_table.c.conversation_key == key)
@@ -324,7 +429,7 @@ class SqlStore:
         with self._tx() as conn:
             conn.execute(update(conversations_table)
                          .where(and_(conversations_table.c.key == key, conversations_table.c.revision == revision))
-                         .values(status="scored", scored_ts=datetime.now(UTC).timestamp()))
+                         .values(status="scored", scored_ts=datetime.now(UTC).timestamp(), claim_expires_ts=None))
 
     # ④⑤ results -------------------------------------------------------------------------------------------------
 
@@ -383,6 +488,10 @@ class SqlStore:
             return [EvaluationResult.model_validate_json(p) for p in conn.execute(query).scalars()]
 
     def record_failure(self, key: str, rubric: str, revision: int) -> int:
+        return self._retrying(f"counting a judge failure of {key!r}",
+                              lambda: self._record_failure(key, rubric, revision))
+
+    def _record_failure(self, key: str, rubric: str, revision: int) -> int:
         f = failures_table.c
         where = and_(f.conversation_key == key, f.rubric == rubric, f.revision == revision)
         with self._tx() as conn:
@@ -397,6 +506,9 @@ class SqlStore:
     # budgets ---------------------------------------------------------------------------------------------------
 
     def add_usage(self, rubric: str, day: date, tokens: int, usd: float) -> None:
+        self._retrying(f"charging rubric {rubric!r}", lambda: self._add_usage(rubric, day, tokens, usd))
+
+    def _add_usage(self, rubric: str, day: date, tokens: int, usd: float) -> None:
         u = usage_table.c
         where = and_(u.rubric == rubric, u.day == day.isoformat())
         with self._tx() as conn:
