@@ -31,6 +31,7 @@ from monitor.rubrics.registry import RubricRegistry
 from monitor.rubrics.schema import Rubric
 from monitor.settings import JudgeSettings, Settings, SourceSettings, read_secret
 from monitor.sources.base import TraceSource
+from monitor.store.base import RetentionPolicy
 from monitor.store.replicas import SingleReplicaLock, replica_id
 from monitor.store.sql import SqlStore
 
@@ -171,6 +172,7 @@ def build_monitor(settings: Settings, registry: CollectorRegistry | None = None)
         replica=replica,
         lease_seconds=settings.replicas.lease_seconds,
         claim_batch=settings.replicas.claim_batch,
+        retention=RetentionPolicy(**settings.retention.model_dump()),
     )
     health = HealthState(interval=timedelta(seconds=settings.interval_seconds))
     health.checks["judge"] = lambda: _judge_problem(judge)

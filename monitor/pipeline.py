@@ -27,7 +27,7 @@ from monitor.rubrics.schema import Rubric
 from monitor.sampling import is_sampled
 from monitor.settings import ConversationSettings, JudgeSettings, SamplingSettings
 from monitor.sources.base import TraceSource
-from monitor.store.base import PendingConversation, ResultStore
+from monitor.store.base import PendingConversation, ResultStore, RetentionPolicy
 from monitor.store.replicas import replica_id
 
 log = logging.getLogger(__name__)
@@ -92,6 +92,7 @@ class Pipeline:
     """How long a claim lasts unless renewed (every third of it while judging)."""
     claim_batch: int = 16
     """Conversations claimed at a time: replicas sharing a backlog each take a batch, judge it, take the next."""
+    retention: RetentionPolicy = field(default_factory=RetentionPolicy)
 
     def run_cycle(self, now: datetime | None = None) -> CycleReport:
         now = now or utc_now()
@@ -398,6 +399,9 @@ class Pipeline:
     def _prune(self, report: CycleReport, now: datetime) -> None:
         try:
             self.store.prune(now - timedelta(days=self.conversation_settings.retention_days))
+            removed = self.store.retain(now, self.retention)
+            if removed:
+                log.info("retention: removed %s", ", ".join(f"{n} {table}" for table, n in sorted(removed.items())))
         except StoreError as exc:
             self._note_failure(report, "store", exc)
 

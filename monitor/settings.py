@@ -217,6 +217,24 @@ class StoreSettings(_Section):
     """Keep the exact prompt and raw judge reply with each result (turn off when transcripts are sensitive)."""
 
 
+class RetentionSettings(_Section):
+    results_days: float | None = Field(default=90.0, gt=0)
+    """Results (and their dimension scores) older than this are folded into daily aggregates (counts by outcome,
+    score sums, dimension score counts) and deleted; None keeps every result. Keep it longer than the longest
+    alert window plus its baseline."""
+    conversations_days: float = Field(default=90.0, gt=0)
+    """A conversation whose spans were pruned is forgotten this long after it was scored, with its trace mapping
+    (spans of it arriving even later would be scored as a new conversation)."""
+    adaptive_items_days: float = Field(default=30.0, gt=0)
+    """Cached adaptive rubric items older than this are deleted (generated again when needed)."""
+    aggregates_days: float | None = Field(default=730.0, gt=0)
+    """Daily aggregates of compacted results, hourly rollups and daily judge usage older than this are deleted;
+    None keeps them."""
+    batch: int = Field(default=5000, ge=100)
+    """At most this many rows of each table are removed per cycle, so the first run on a large store does not
+    stall a cycle."""
+
+
 class ReplicaSettings(_Section):
     lease_seconds: float = Field(default=120.0, ge=1.0)
     """A replica's claim on the conversations it judges lasts this long, renewed every third of it while judging;
@@ -266,6 +284,7 @@ class Settings(BaseSettings):
     store: StoreSettings = StoreSettings()
     metrics: MetricsSettings = MetricsSettings()
     replicas: ReplicaSettings = ReplicaSettings()
+    retention: RetentionSettings = RetentionSettings()
 
     @model_validator(mode="after")
     def _check_judge(self) -> Settings:

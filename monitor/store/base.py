@@ -32,6 +32,17 @@ class StoredSpans:
 
 
 @dataclass(frozen=True)
+class RetentionPolicy:
+    """How long each table keeps its rows (days; None keeps them); see ``RetentionSettings``."""
+
+    results_days: float | None = 90.0
+    conversations_days: float = 90.0
+    adaptive_items_days: float = 30.0
+    aggregates_days: float | None = 730.0
+    batch: int = 5000
+
+
+@dataclass(frozen=True)
 class PendingConversation:
     key: str
     revision: int
@@ -99,6 +110,10 @@ class ResultStore(Protocol):
     def prune(self, scored_before: datetime) -> int:
         """Delete spans of conversations scored before the given time; returns how many. The conversations stay
         known (as pruned), so late spans of theirs are recognised as late."""
+        ...
+
+    def retain(self, now: datetime, policy: RetentionPolicy) -> dict[str, int]:
+        """Apply ``policy`` (results compacted into daily aggregates, old rows deleted); rows removed by table."""
         ...
 
     def ping(self) -> None:

@@ -10,7 +10,7 @@ import logging
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, date, datetime
 from typing import Any, TypeVar
 
@@ -42,8 +42,8 @@ from sqlalchemy.pool import StaticPool
 from monitor.assemble import conversation_key
 from monitor.errors import StoreError
 from monitor.metrics import WindowAggregate
-from monitor.models import EvaluationResult, SpanRecord
-from monitor.store.base import LatePolicy, PendingConversation, StoredSpans
+from monitor.models import EvaluationResult, SpanRecord, utc_now
+from monitor.store.base import LatePolicy, PendingConversation, RetentionPolicy, StoredSpans
 from monitor.store.migrate import MigrateMode
 from monitor.store.migrate import prepare as prepare_schema
 
@@ -133,6 +133,30 @@ items_table = Table(
     Column("created_ts", Float, nullable=False),
 )
 
+# Retention (monitor/store/retention.py): results older than ``retention.results_days`` are folded into these daily
+# aggregates, then deleted: what the dashboards and regression baselines need of old results (counts by outcome,
+# score sums, the distribution of each dimension's scores), at a size that grows with days, not evaluations.
+compacted_results_table = Table(
+    "compacted_results", metadata,
+    Column("day_ts", Integer, primary_key=True),  # epoch seconds of the UTC day's start
+    Column("rubric", String(256), primary_key=True),
+    Column("rubric_version", Text, primary_key=True),
+    Column("agent", Text, primary_key=True),
+    Column("outcome", String(16), primary_key=True),
+    Column("count", Integer, nullable=False),
+    Column("score_sum", Float, nullable=False),
+)
+compacted_dimensions_table = Table(
+    "compacted_dimensions", metadata,
+    Column("day_ts", Integer, primary_key=True),
+    Column("rubric", String(256), primary_key=True),
+    Column("rubric_version", Text, primary_key=True),
+    Column("agent", Text, primary_key=True),
+    Column("dimension", String(128), primary_key=True),
+    Column("score", Integer, primary_key=True),  # 1..5
+    Column("count", Integer, nullable=False),
+)
+
 _CHUNK = 500
 _CONFLICT_ATTEMPTS = 3
 _T = TypeVar("_T")
@@ -169,6 +193,8 @@ class SqlStore:
 
     def __init__(self, url: str, migrate: MigrateMode = "auto") -> None:
         self.url = url
+        self.clock: Callable[[], datetime] = utc_now
+        """When a row is stamped (scored, cached, checkpointed): a simulated clock in the retention soak."""
         kwargs: dict[str, Any] = {}
         if url.startswith("sqlite") and (url.endswith(":memory:") or url in ("sqlite://", "sqlite+pysqlite://")):
             # One shared connection, or every new connection would see a new, empty database.
@@ -213,14 +239,18 @@ class SqlStore:
         except IntegrityError as exc:
             raise StoreError(f"store {self._safe_url()}: {what}: {exc.orig}") from exc
 
+    def poller_lock(self, source: str) -> AbstractContextManager[bool]:
+        """True for the one replica that may read ``source`` now; False for the others, which skip the pull."""
+        return self.singleton_lock(f"poll:{source}")
+
     @contextmanager
-    def poller_lock(self, source: str) -> Iterator[bool]:
-        """True for the one replica that may read ``source`` now (a PostgreSQL session advisory lock, released
-        when the block ends or the replica's connection dies); False for the others, which skip the pull."""
+    def singleton_lock(self, name: str) -> Iterator[bool]:
+        """True inside the block for one replica at a time (a PostgreSQL session advisory lock, released when the
+        block ends or the replica's connection dies); False for the others, which skip the work."""
         if self._engine.dialect.name != "postgresql":
             yield True  # SQLite: one replica per file (see monitor.store.replicas)
             return
-        key = _lock_key(f"poll:{source}")
+        key = _lock_key(name)
         try:
             conn = self._engine.connect()
             held = bool(conn.execute(text("SELECT pg_try_advisory_lock(:key)"), {"key": key}).scalar())
@@ -350,9 +380,8 @@ class SqlStore:
         conn.execute(update(conversations_table).where(conversations_table.c.key == key).values(**values))
         return outcome
 
-    @staticmethod
-    def _save_checkpoint(conn: Connection, source: str, checkpoint: str) -> None:
-        now = datetime.now(UTC).timestamp()
+    def _save_checkpoint(self, conn: Connection, source: str, checkpoint: str) -> None:
+        now = self.clock().timestamp()
         updated = conn.execute(update(checkpoints_table).where(checkpoints_table.c.source == source)
                                .values(checkpoint=checkpoint, updated_ts=now))
         if updated.rowcount == 0:
@@ -429,7 +458,8 @@ class SqlStore:
         with self._tx() as conn:
             conn.execute(update(conversations_table)
                          .where(and_(conversations_table.c.key == key, conversations_table.c.revision == revision))
-                         .values(status="scored", scored_ts=datetime.now(UTC).timestamp(), claim_expires_ts=None))
+                         .values(status="scored", scored_ts=self.clock().timestamp(),
+                                 claim_expires_ts=None))
 
     # ④⑤ results -------------------------------------------------------------------------------------------------
 
@@ -575,9 +605,14 @@ class SqlStore:
         try:
             with self._tx() as conn:
                 conn.execute(insert(items_table).values(key=key, payload=payload,
-                                                        created_ts=datetime.now(UTC).timestamp()))
+                                                        created_ts=self.clock().timestamp()))
         except IntegrityError:
             pass  # generated concurrently by another evaluation: the first one stays
+
+    def retain(self, now: datetime, policy: RetentionPolicy) -> dict[str, int]:
+        from monitor.store import retention
+
+        return retention.apply(self, now, policy)
 
     def ping(self) -> None:
         with self._tx() as conn:
