@@ -22,9 +22,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.conftest import REPO  # noqa: E402
-from tests.fakes.openai_server import ScriptedOpenAIServer  # noqa: E402
-from tests.fleet import (  # noqa: E402
+from tests.conftest import REPO
+from tests.fakes.openai_server import ScriptedOpenAIServer
+from tests.fleet import (
     Replica,
     case_of,
     fresh_postgres,
@@ -35,7 +35,7 @@ from tests.fleet import (  # noqa: E402
     wait_until,
     write_conversations,
 )
-from tests.test_daemon import free_port  # noqa: E402
+from tests.test_daemon import free_port
 
 
 def run(url: str, replicas: int, conversations: int, latency: float, concurrency: int, batch: int) -> float:
