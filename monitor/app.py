@@ -198,19 +198,22 @@ def _judge_problem(judge: Judge) -> str | None:
     return problem
 
 
-def _store_problem(store: SqlStore) -> str | None:
+def readiness_problem(monitor: Monitor) -> str | None:
+    """Why this replica cannot do its work now (``/readyz``): the store does not answer, or the source's last read
+    failed."""
     try:
-        store.ping()
+        monitor.store.ping()
     except Exception as exc:
-        return str(exc)
-    return None
+        return f"store: {exc}"
+    source = monitor.pipeline.source_problem
+    return None if source is None else f"source {monitor.pipeline.source.name}: {source}"
 
 
 def run_daemon(settings: Settings, once: bool = False) -> int:
     """Run until SIGTERM/SIGINT (exit 0), or one cycle with ``once`` (exit 1 if the cycle failed)."""
     monitor = build_monitor(settings)
     server = MonitorHTTPServer(settings.metrics.host, settings.metrics.port, monitor.registry, monitor.health,
-                               lambda: _store_problem(monitor.store))
+                               lambda: readiness_problem(monitor))
     server.start()
     host, port = server.address
     log.info("metrics on http://%s:%d/metrics", host, port)

@@ -93,6 +93,8 @@ class Pipeline:
     claim_batch: int = 16
     """Conversations claimed at a time: replicas sharing a backlog each take a batch, judge it, take the next."""
     retention: RetentionPolicy = field(default_factory=RetentionPolicy)
+    source_problem: str | None = None
+    """Why the source's last read failed (``/readyz``); None once a read succeeds."""
 
     def run_cycle(self, now: datetime | None = None) -> CycleReport:
         now = now or utc_now()
@@ -141,7 +143,9 @@ class Pipeline:
                     log.debug("source %s is being read by another replica; this one only judges", name)
                     return
                 self._pull_batches(report, now)
+            self.source_problem = None
         except SourceError as exc:
+            self.source_problem = f"{exc.kind}: {exc}"
             self.metrics.source_errors.labels(name, exc.kind).inc()
             self._note_failure(report, "source", exc)
         except StoreError as exc:
