@@ -21,12 +21,14 @@ from monitor.evaluators.cache import VerdictCache
 from monitor.evaluators.item_cache import InMemoryItemCache, ItemStore, PersistentItemCache
 from monitor.evaluators.static import StaticMetricEvaluator
 from monitor.evaluators.weighted import WeightedEvaluator
+from monitor.exposition import Exposition
 from monitor.health import HealthState, MonitorHTTPServer
 from monitor.judge.base import Judge
 from monitor.judge.charging import ChargingJudge
-from monitor.metrics import MonitorMetrics, StoredAggregatesCollector
+from monitor.metrics import MonitorMetrics
 from monitor.models import utc_now
 from monitor.pipeline import CycleReport, Pipeline
+from monitor.rollups import parse_window
 from monitor.rubrics.registry import RubricRegistry
 from monitor.rubrics.schema import Rubric
 from monitor.settings import JudgeSettings, Settings, SourceSettings, read_secret
@@ -36,17 +38,6 @@ from monitor.store.replicas import SingleReplicaLock, replica_id
 from monitor.store.sql import SqlStore
 
 log = logging.getLogger(__name__)
-
-_WINDOW_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-
-
-def parse_window(window: str) -> float:
-    """``"1h"`` → 3600.0; errors name the setting."""
-    unit = window[-1:]
-    if unit not in _WINDOW_UNITS or not window[:-1].isdigit():
-        raise ConfigError("settings", "metrics.windows", f"{window!r} is not a window like 30m, 1h, 24h or 7d")
-    return int(window[:-1]) * float(_WINDOW_UNITS[unit])
-
 
 def build_source(settings: SourceSettings, metrics: MonitorMetrics) -> TraceSource:
     if settings.kind == "otlp_file":
@@ -102,6 +93,9 @@ class Monitor:
         except Exception as exc:
             log.exception("cycle failed")
             report = CycleReport(started_at=started, finished_at=utc_now(), failures=[f"cycle: {exc!r}"])
+        problem = self.refresh_metrics()
+        if problem:
+            report.failures.append(problem)
         elapsed = ((report.finished_at or utc_now()) - started).total_seconds()
         self.metrics.cycle_duration.observe(elapsed)
         self.metrics.cycles.labels("ok" if report.ok else "failed").inc()
@@ -117,6 +111,18 @@ class Monitor:
         )
         return report
 
+    def refresh_metrics(self) -> str | None:
+        """End of a cycle: the windowed gauges from the rollups, then every quality family rendered once for the
+        scrapes until the next cycle. Returns the failure, if any (the counters are still served)."""
+        try:
+            self.metrics.quality.refresh(self.store, utc_now())
+        except Exception as exc:
+            log.exception("the rolling-window gauges could not be refreshed; the previous ones are served")
+            self.metrics.stage_failures.labels("metrics").inc()
+            self.metrics.quality.prepare()
+            return f"metrics: {type(exc).__name__}: {exc}"
+        return None
+
     def close(self) -> None:
         self.pipeline.close()
         self.pipeline.source.close()
@@ -128,8 +134,8 @@ class Monitor:
 def build_monitor(settings: Settings, registry: CollectorRegistry | None = None) -> Monitor:
     """Build every stage from settings. Raises ``ConfigError`` (exit 2) on a bad setting or rubric file."""
     registry = registry or CollectorRegistry()
-    metrics = MonitorMetrics(registry)
-    windows = [(w, parse_window(w)) for w in settings.metrics.windows]
+    windows = [parse_window(w) for w in settings.metrics.windows]
+    metrics = MonitorMetrics(registry, windows, settings.metrics.max_agents_per_rubric)
     rubrics = RubricRegistry(settings.rubrics.directory, metrics)
     rubrics.load()
     url = store_url(settings)
@@ -145,8 +151,7 @@ def build_monitor(settings: Settings, registry: CollectorRegistry | None = None)
         raise
     source = build_source(settings.source, metrics)
     judge = build_judge(settings.judge, metrics)
-    registry.register(StoredAggregatesCollector(lambda _: store.window_aggregates(windows, utc_now()),
-                                                [w for w, _ in windows]))
+    metrics.judge_configured(settings.judge.kind, settings.judge.model)
     delay = settings.source.ingestion_delay_seconds if settings.source.kind == "app_insights" else 0.0
     judge_settings = settings.judge
     if judge_settings.kind == "local":
@@ -177,7 +182,10 @@ def build_monitor(settings: Settings, registry: CollectorRegistry | None = None)
     health = HealthState(interval=timedelta(seconds=settings.interval_seconds))
     health.checks["judge"] = lambda: _judge_problem(judge)
     health.checks["rubrics"] = lambda: "; ".join(f"{k}: {v}" for k, v in rubrics.problems.items()) or None
-    return Monitor(settings, registry, metrics, pipeline, health, store, single)
+    monitor = Monitor(settings, registry, metrics, pipeline, health, store, single)
+    # The windows and the counters' label sets from the rollups, before the first scrape.
+    monitor.refresh_metrics()
+    return monitor
 
 
 class _Frozen:
@@ -212,7 +220,8 @@ def readiness_problem(monitor: Monitor) -> str | None:
 def run_daemon(settings: Settings, once: bool = False) -> int:
     """Run until SIGTERM/SIGINT (exit 0), or one cycle with ``once`` (exit 1 if the cycle failed)."""
     monitor = build_monitor(settings)
-    server = MonitorHTTPServer(settings.metrics.host, settings.metrics.port, monitor.registry, monitor.health,
+    server = MonitorHTTPServer(settings.metrics.host, settings.metrics.port,
+                               Exposition(monitor.registry, monitor.metrics.quality), monitor.health,
                                lambda: readiness_problem(monitor))
     server.start()
     host, port = server.address

@@ -42,35 +42,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return run_daemon(settings, once=args.once)
 
 
-def _numbered_lines(path: Path) -> Iterator[tuple[int, str]]:
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if line.strip():
-                yield number, line
-
-
 def read_conversations(path: Path) -> list[Conversation]:
-    """OTLP JSON lines or OpenAI-chat JSONL, told apart by the first record."""
-    from monitor.chat_format import read_chat_jsonl
+    """OTLP JSON lines or OpenAI-chat JSONL; unreadable lines are logged and counted (``monitor.input_files``)."""
+    from monitor.input_files import read_input_file
 
-    try:
-        first = next(_numbered_lines(path), None)
-    except OSError as exc:
-        raise ConfigError(str(path), None, f"cannot read: {exc.strerror}") from exc
-    if first is None:
-        return []
-    if '"resourceSpans"' in first[1]:
-        from monitor.assemble import assemble
-        from monitor.otlp import parse_otlp_line
-
-        spans = []
-        for number, line in _numbered_lines(path):
-            parsed, rejected = parse_otlp_line(line)
-            for reason, count in rejected.items():
-                log.warning("%s:%d: %d span(s) rejected: %s", path, number, count, reason)
-            spans.extend(parsed)
-        return assemble(spans).conversations
-    return list(read_chat_jsonl(_numbered_lines(path), str(path)))
+    return read_input_file(path).conversations
 
 
 def _cmd_evaluate(args: argparse.Namespace) -> int:
@@ -109,7 +85,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    from monitor.app import parse_window
+    from monitor.rollups import parse_window
     from monitor.rubrics.registry import RubricRegistry
 
     settings = load_settings(args.config)

@@ -20,6 +20,8 @@ start-up.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 
 class MonitorError(Exception):
     """Root of every error this package raises on purpose."""
@@ -31,8 +33,23 @@ class ConfigError(MonitorError, ValueError):
     def __init__(self, where: str, field: str | None, message: str) -> None:
         self.where = where
         self.field = field
+        self.message = message
+        self.others: tuple[ConfigError, ...] = ()
+        """Further problems found in the same pass (``check`` and start-up report every one, not the first)."""
         location = f"{where}: {field}" if field else where
         super().__init__(f"{location}: {message}")
+
+    @property
+    def all(self) -> tuple[ConfigError, ...]:
+        """This problem and the others found with it, one line each."""
+        return (self, *(e for other in self.others for e in other.all))
+
+    @classmethod
+    def collect(cls, errors: Sequence[ConfigError]) -> ConfigError:
+        """One error to raise for ``errors`` (at least one): the first, carrying the rest."""
+        first = errors[0]
+        first.others = (*first.others, *errors[1:])
+        return first
 
 
 class RubricError(ConfigError):

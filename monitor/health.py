@@ -19,8 +19,7 @@ from datetime import datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-
+from monitor.exposition import Exposition
 from monitor.models import utc_now
 
 log = logging.getLogger(__name__)
@@ -73,17 +72,19 @@ class HealthState:
 class MonitorHTTPServer:
     """Serves ``/metrics``, ``/livez``, ``/healthz`` and ``/readyz`` on a background thread."""
 
-    def __init__(self, host: str, port: int, registry: CollectorRegistry, health: HealthState,
+    def __init__(self, host: str, port: int, exposition: Exposition, health: HealthState,
                  ready: Callable[[], str | None]) -> None:
-        outer_registry, outer_health, outer_ready = registry, health, ready
+        outer_exposition, outer_health, outer_ready = exposition, health, ready
 
         class Handler(BaseHTTPRequestHandler):
             def log_message(self, format: str, *args: Any) -> None:
                 log.debug("http: " + format, *args)
 
-            def _send(self, status: int, body: bytes, content_type: str) -> None:
+            def _send(self, status: int, body: bytes, content_type: str, encoding: str | None = None) -> None:
                 self.send_response(status)
                 self.send_header("Content-Type", content_type)
+                if encoding:
+                    self.send_header("Content-Encoding", encoding)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)
@@ -94,7 +95,9 @@ class MonitorHTTPServer:
             def do_GET(self) -> None:
                 path = self.path.split("?", 1)[0]
                 if path == "/metrics":
-                    self._send(200, generate_latest(outer_registry), CONTENT_TYPE_LATEST)
+                    scrape = outer_exposition.scrape(self.headers.get("Accept", ""),
+                                                     self.headers.get("Accept-Encoding", ""))
+                    self._send(200, scrape.body, scrape.content_type, scrape.content_encoding)
                 elif path == "/livez":
                     alive = outer_health.alive()
                     self._json(200 if alive else 503, {"status": "ok" if alive else "stuck"})

@@ -1,25 +1,38 @@
-"""⑥ Prometheus metrics: one object owns every event metric for one registry.
+"""⑥ Prometheus metrics: one object owns every metric of one registry, and the catalog ``docs/metrics.md`` lists.
 
-Events (evaluations, judge calls, spans read) are Counters and Histograms updated as they happen. Quality gauges
-over rolling windows (pass rate, dimension mean) are yielded by ``StoredAggregatesCollector`` at scrape time from the
-result store, so a restart does not blank them. No label is unbounded: never a conversation id, never generated
-rubric-item text.
+The daemon's own events (judge calls, spans read, cycles) are prometheus_client Counters, Gauges and Histograms
+updated as they happen. The quality metrics (``monitor.quality``: counters by rubric, version, agent and dimension,
+and the rolling-window gauges) are the bulk of the series; they are prepared once at the end of each cycle and
+served as they are (``monitor.exposition``), so a scrape never reads the store. No label is unbounded: never a
+conversation id, never generated rubric-item text, at most ``metrics.max_agents_per_rubric`` agents per rubric.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
+from prometheus_client.metrics import MetricWrapperBase
+
+from monitor import __version__
+from monitor.evaluators.prompts import PROMPT_VERSION
+from monitor.models import EvaluationResult
+from monitor.quality import QUALITY_FAMILIES, FamilySpec, QualityMetrics
+from monitor.rollups import Window
 
 log = logging.getLogger(__name__)
 
-SCORE_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
-DIMENSION_BUCKETS = (1.0, 2.0, 3.0, 4.0, 5.0)
+SKIP_REASONS = ("sampled_out", "cycle_cap", "budget_exhausted", "judge_unavailable", "evaluator_error",
+                "no_evaluator", "no_content")
+"""Reasons of ``rubric_monitor_evaluations_skipped_total``, pre-created at zero for every active rubric."""
+JUDGE_OUTCOMES = ("ok", "rate_limited", "server_error", "timeout", "auth_error", "refused", "error")
+"""Exclusive outcomes of a judge call that reached the endpoint (``JudgeError.outcome`` or ``ok``)."""
+REFUSAL_REASONS = ("auth_open", "quota_spent")
+"""Why a judge call was short-circuited locally, without a request."""
+
+# ``_created`` series double the series of every counter and histogram and no dashboard uses them.
+disable_created_metrics()  # type: ignore[no-untyped-call]
 LATENCY_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 CYCLE_BUCKETS = (0.1, 0.5, 1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 
@@ -27,29 +40,11 @@ CYCLE_BUCKETS = (0.1, 0.5, 1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 class MonitorMetrics:
     """Every counter and histogram of the daemon, registered on ``registry`` (a fresh one per test)."""
 
-    def __init__(self, registry: CollectorRegistry) -> None:
+    def __init__(self, registry: CollectorRegistry, windows: Sequence[Window] = (),
+                 max_agents_per_rubric: int = 50) -> None:
         self.registry = registry
-        # ⑥ the contract for dashboards and alerts
-        self.evaluations = Counter(
-            "rubric_monitor_evaluations",
-            "Evaluations recorded, by outcome (pass, fail, unscored).",
-            ["rubric", "rubric_version", "agent", "outcome"],
-            registry=registry,
-        )
-        self.score = Histogram(
-            "rubric_monitor_score",
-            "Overall score (0 to 1) of scored evaluations.",
-            ["rubric", "rubric_version", "agent"],
-            buckets=SCORE_BUCKETS,
-            registry=registry,
-        )
-        self.dimension_score = Histogram(
-            "rubric_monitor_dimension_score",
-            "Score (1 to 5) of each applicable dimension of weighted rubrics.",
-            ["rubric", "rubric_version", "agent", "dimension"],
-            buckets=DIMENSION_BUCKETS,
-            registry=registry,
-        )
+        self.quality = QualityMetrics(windows, max_agents_per_rubric)
+        registry.register(self.quality)
         # ① source
         self.spans = Counter("rubric_monitor_spans", "Spans read from a source.", ["source"], registry=registry)
         self.source_rows = Counter(
@@ -96,16 +91,35 @@ class MonitorMetrics:
         self.skipped = Counter(
             "rubric_monitor_evaluations_skipped",
             "Evaluations not made, by reason (sampled_out, cycle_cap, budget_exhausted, judge_unavailable, "
-            "evaluator_error, no_evaluator).",
+            "evaluator_error, no_evaluator, no_content).",
             ["rubric", "reason"],
             registry=registry,
         )
         # ④ judge
         self.judge_requests = Counter(
             "rubric_monitor_judge_requests",
-            "Judge calls by outcome (ok, invalid_reply, rate_limited, server_error, timeout, auth_error, refused, "
-            "error).",
+            "Judge calls that reached the endpoint, by exclusive outcome (ok, rate_limited, server_error, timeout, "
+            "auth_error, refused, error); retries inside one call are rubric_monitor_judge_retries_total.",
             ["model", "outcome"],
+            registry=registry,
+        )
+        self.judge_calls_refused = Counter(
+            "rubric_monitor_judge_calls_refused",
+            "Judge calls short-circuited locally without a request, by reason (auth_open: the credential was "
+            "refused and is not re-probed yet; quota_spent: a rate limit asks to wait past max_retry_wait_seconds).",
+            ["model", "reason"],
+            registry=registry,
+        )
+        self.judge_invalid_replies = Counter(
+            "rubric_monitor_judge_invalid_replies",
+            "Replies (counted ok in rubric_monitor_judge_requests_total) that the evaluator could not use.",
+            ["model"],
+            registry=registry,
+        )
+        self.judge_info = Gauge(
+            "rubric_monitor_judge_info",
+            "1 for the configured judge: kind, default model and version of the prompts.",
+            ["kind", "model", "prompt_version"],
             registry=registry,
         )
         self.judge_retries = Counter(
@@ -135,10 +149,16 @@ class MonitorMetrics:
             "rubric_monitor_judge_up", "0 while the judge refuses our credential, else 1.", ["model"],
             registry=registry,
         )
-        self.budget_remaining = Gauge(
-            "rubric_monitor_budget_remaining",
-            "What is left of a rubric's daily judge budget, by unit (tokens, usd).",
-            ["rubric", "unit"],
+        self.budget_remaining_tokens = Gauge(
+            "rubric_monitor_budget_remaining_tokens",
+            "Tokens left of a rubric's daily judge budget (rubrics with daily_budget_tokens).",
+            ["rubric"],
+            registry=registry,
+        )
+        self.budget_remaining_usd = Gauge(
+            "rubric_monitor_budget_remaining_usd",
+            "USD left of a rubric's daily judge budget (rubrics with daily_budget_usd).",
+            ["rubric"],
             registry=registry,
         )
         self.budget_exhausted = Gauge(
@@ -153,7 +173,7 @@ class MonitorMetrics:
             "Rubric files that failed to validate on (re)load.",
             registry=registry,
         )
-        self.rubric_active = Gauge(
+        self.rubric_info = Gauge(
             "rubric_monitor_rubric_info",
             "1 for each active rubric version.",
             ["rubric", "rubric_version", "kind"],
@@ -178,57 +198,58 @@ class MonitorMetrics:
         self.health = Gauge(
             "rubric_monitor_health", "1 when healthy, 0 when degraded (see /healthz).", registry=registry
         )
-
-
-@dataclass(frozen=True)
-class WindowAggregate:
-    """Pass rate and dimension means of current, scored results within one window, per (rubric, agent)."""
-
-    rubric: str
-    agent: str
-    window: str
-    rubric_version: str
-    scored: int
-    passed: int
-    dimension_means: dict[str, float]
-
-
-class StoredAggregatesCollector(Collector):
-    """Yields the rolling-window gauges from the store on every scrape; keeps no state between scrapes."""
-
-    def __init__(self, query: Callable[[Sequence[str]], Iterable[WindowAggregate]], windows: Sequence[str]) -> None:
-        self._query = query
-        self._windows = tuple(windows)
-
-    def collect(self) -> Iterable[Metric]:
-        pass_rate = GaugeMetricFamily(
-            "rubric_monitor_pass_rate",
-            "Share of scored evaluations that passed, over a rolling window (unscored ones are left out).",
-            labels=["rubric", "rubric_version", "agent", "window"],
+        self.build_info = Gauge(
+            "rubric_monitor_build_info", "1, labelled with the daemon's version.", ["version"], registry=registry
         )
-        scored = GaugeMetricFamily(
-            "rubric_monitor_scored_evaluations",
-            "Scored evaluations in the rolling window (the pass rate's sample size).",
-            labels=["rubric", "rubric_version", "agent", "window"],
-        )
-        dimension_mean = GaugeMetricFamily(
-            "rubric_monitor_dimension_mean",
-            "Mean score (1 to 5) of a dimension over a rolling window.",
-            labels=["rubric", "rubric_version", "agent", "dimension", "window"],
-        )
-        try:
-            aggregates = list(self._query(self._windows))
-        except Exception:
-            # A scrape must still deliver the daemon's own health when the store is down.
-            log.exception("rolling-window gauges unavailable: the store did not answer")
-            aggregates = []
-        for agg in aggregates:
-            labels = [agg.rubric, agg.rubric_version, agg.agent, agg.window]
-            scored.add_metric(labels, agg.scored)
-            if agg.scored:
-                pass_rate.add_metric(labels, agg.passed / agg.scored)
-            for dimension, mean in sorted(agg.dimension_means.items()):
-                dimension_mean.add_metric([agg.rubric, agg.rubric_version, agg.agent, dimension, agg.window], mean)
-        yield pass_rate
-        yield scored
-        yield dimension_mean
+        self.build_info.labels(__version__).set(1)
+        for result in ("ok", "failed"):
+            self.cycles.labels(result)
+
+    def judge_configured(self, kind: str, model: str) -> None:
+        """Publish ``judge_info`` and pre-create the judge's counters at zero, so ratios work from the start."""
+        self.judge_info.labels(kind, model, PROMPT_VERSION).set(1)
+        for outcome in JUDGE_OUTCOMES:
+            self.judge_requests.labels(model, outcome)
+        for reason in REFUSAL_REASONS:
+            self.judge_calls_refused.labels(model, reason)
+        self.judge_invalid_replies.labels(model)
+
+    def record_result(self, result: EvaluationResult) -> None:
+        """Count a recorded result (served from the end of the cycle)."""
+        self.quality.record(result)
+
+    def rubric_active(self, rubric: str) -> None:
+        """Pre-create a rubric's skip counters at zero (``rate()`` and ratios work from the first cycle)."""
+        for reason in SKIP_REASONS:
+            self.skipped.labels(rubric, reason)
+
+
+def catalog(metrics: MonitorMetrics) -> list[FamilySpec]:
+    """Every family the daemon serves, from the metric objects themselves (so the doc cannot drift)."""
+    found: dict[str, FamilySpec] = {}
+
+    def walk(owner: object, depth: int) -> None:
+        for value in vars(owner).values():
+            if isinstance(value, MetricWrapperBase):
+                kind = str(value._type)
+                name = str(value._name) + ("_total" if kind == "counter" else "")
+                found[name] = FamilySpec(name, kind, tuple(value._labelnames),
+                                         str(value._documentation))
+            elif depth < 2 and hasattr(value, "__dict__") and type(value).__module__.startswith("monitor."):
+                walk(value, depth + 1)  # another helper's block of metrics, held as an attribute
+
+    walk(metrics, 0)
+    for spec in QUALITY_FAMILIES:
+        found[spec.name] = spec
+    return sorted(found.values(), key=lambda spec: spec.name)
+
+
+def metrics_table(metrics: MonitorMetrics) -> str:
+    """The Markdown table of ``docs/metrics.md``."""
+    rows = ["| metric | type | labels | meaning |", "|---|---|---|---|"]
+    for spec in catalog(metrics):
+        meaning = spec.help.replace("|", "\\|")
+        rows.append(f"| `{spec.name}` | {spec.type} | {', '.join(spec.labels)} | {meaning} |")
+    return "\n".join(rows)
+
+

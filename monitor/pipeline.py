@@ -257,9 +257,9 @@ class Pipeline:
 
     def _publish_budget(self, rubric: Rubric, tokens: int, usd: float, spent: bool) -> None:
         if rubric.daily_budget_tokens is not None:
-            self.metrics.budget_remaining.labels(rubric.name, "tokens").set(max(0, rubric.daily_budget_tokens - tokens))
+            self.metrics.budget_remaining_tokens.labels(rubric.name).set(max(0, rubric.daily_budget_tokens - tokens))
         if rubric.daily_budget_usd is not None:
-            self.metrics.budget_remaining.labels(rubric.name, "usd").set(max(0.0, rubric.daily_budget_usd - usd))
+            self.metrics.budget_remaining_usd.labels(rubric.name).set(max(0.0, rubric.daily_budget_usd - usd))
         self.metrics.budget_exhausted.labels(rubric.name).set(1 if spent else 0)
 
     # ④⑤ judge and record ---------------------------------------------------------------------------------------
@@ -377,14 +377,7 @@ class Pipeline:
             self.metrics.conversations.labels("already_scored").inc()
             return
         report.evaluations[result.outcome] += 1
-        m = self.metrics
-        m.evaluations.labels(result.rubric, result.rubric_version, result.agent, result.outcome).inc()
-        if result.score is not None and result.outcome != "unscored":
-            m.score.labels(result.rubric, result.rubric_version, result.agent).observe(result.score)
-            for dimension in result.dimension_scores:
-                if dimension.applicable and dimension.score is not None:
-                    m.dimension_score.labels(result.rubric, result.rubric_version, result.agent,
-                                             dimension.id).observe(dimension.score)
+        self.metrics.record_result(result)
 
     # housekeeping ----------------------------------------------------------------------------------------------
 

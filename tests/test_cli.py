@@ -81,8 +81,8 @@ def test_an_invalid_reply_is_retried_once_then_unscored(tmp_path: Path) -> None:
         (lambda d: d["dimensions"][0].__setitem__("weight", 11), "dimensions.0.weight", "less than or equal to 10"),
         (lambda d: d["dimensions"][1].__setitem__("id", "intent_recognition"), "dimensions.1.id", "duplicate"),
         (lambda d: d["dimensions"][2].pop("description"), "dimensions.2.description", "Field required"),
-        (lambda d: d.__setitem__("colour", "red"), "colour", "Extra inputs are not permitted"),
-        (lambda d: d["dimensions"][0].__setitem__("bogus", 1), "dimensions.0.bogus", "Extra inputs"),
+        (lambda d: d.__setitem__("colour", "red"), "colour", "`colour` is not allowed"),
+        (lambda d: d["dimensions"][0].__setitem__("bogus", 1), "dimensions.0.bogus", "`bogus` is not allowed"),
         (lambda d: d.__setitem__("pass_threshold", 2), "pass_threshold", "less than or equal to 1"),
     ],
 )
@@ -106,7 +106,7 @@ def test_check_rejects_bad_settings_with_exit_2(tmp_path: Path) -> None:
     config.write_text("judge:\n  kind: openai\n  temprature: 0.2\n")
     done = run_cli(["check", "--config", str(config)], tmp_path)
     assert done.returncode == 2
-    assert f"{config}: judge.temprature: Extra inputs are not permitted" in done.stderr
+    assert f"{config}: judge.temprature: `temprature` is not allowed; did you mean `temperature`?" in done.stderr
 
 
 def test_run_refuses_to_start_on_a_bad_rubric(tmp_path: Path) -> None:

@@ -103,10 +103,11 @@ def test_daemon_scores_exports_stops_and_resumes_without_rejudging(tmp_path: Pat
             text = daemon.metrics()
             evaluations = samples(text, "rubric_monitor_evaluations_total")
             assert sum(v for _, v in evaluations) == 3
-            assert {labels["outcome"] for labels, _ in evaluations} == {"pass"}
+            # Every outcome of a seen (rubric, version, agent) exists, at zero until counted.
+            assert {labels["outcome"]: v for labels, v in evaluations} == {"pass": 3, "fail": 0, "unscored": 0}
             assert {labels["agent"] for labels, _ in evaluations} == {"reservation-assistant"}
             pass_rates = samples(text, "rubric_monitor_pass_rate")
-            assert {labels["window"] for labels, _ in pass_rates} == {"1h", "24h", "7d"}
+            assert {labels["window"] for labels, _ in pass_rates} == {"1h", "24h"}
             assert all(value == 1.0 for _, value in pass_rates)
             assert samples(text, "rubric_monitor_dimension_mean")
             funnel = {labels["stage"]: v for labels, v in samples(text, "rubric_monitor_conversations_total")}

@@ -14,7 +14,9 @@ import sqlalchemy
 from prometheus_client import CollectorRegistry
 
 from monitor.app import build_monitor, readiness_problem
+from monitor.exposition import Exposition
 from monitor.health import HealthState, MonitorHTTPServer
+from monitor.metrics import MonitorMetrics
 from monitor.models import utc_now
 from monitor.settings import Settings
 from tests.conftest import REPO
@@ -26,7 +28,9 @@ POSTGRES_URL = os.environ.get("RUBRIC_MONITOR_TEST_POSTGRES_URL")
 
 
 def serve(health: HealthState, ready: Callable[[], str | None] = lambda: None) -> MonitorHTTPServer:
-    server = MonitorHTTPServer("127.0.0.1", 0, CollectorRegistry(), health, ready)
+    registry = CollectorRegistry()
+    server = MonitorHTTPServer("127.0.0.1", 0, Exposition(registry, MonitorMetrics(registry).quality), health,
+                               ready)
     server.start()
     return server
 

@@ -338,7 +338,9 @@ def test_a_spent_quota_fails_every_call_at_once_without_a_request_until_its_rese
     assert "no judge calls until" in str(blocked[0])
     assert blocked_for < 0.2
     assert reply.text == GOOD and server.count == 2  # after the reset, calls flow again
-    assert requests_with(metrics, "rate_limited") == 21 and requests_with(metrics, "ok") == 1
+    # What the endpoint saw (one 429, one success); the 20 calls refused locally are counted apart.
+    assert requests_with(metrics, "rate_limited") == 1 and requests_with(metrics, "ok") == 1
+    assert sample(metrics, "rubric_monitor_judge_calls_refused_total", model=MODEL, reason="quota_spent") == 20
     assert sample(metrics, "rubric_monitor_judge_retries_total", model=MODEL, reason="rate_limited") == 0
 
 
@@ -445,7 +447,9 @@ def test_auth_failure_stops_calls_logs_once_and_resumes_after_the_reprobe(
     refused_lines = [r for r in caplog.records if r.levelno == logging.ERROR]
     assert len(refused_lines) == 1 and "credential refused" in refused_lines[0].getMessage()
     assert sample(metrics, "rubric_monitor_judge_up", model=MODEL) == 1
-    assert requests_with(metrics, "auth_error") == 6 and requests_with(metrics, "ok") == 1
+    # The requests counter matches the server (2 refused, 1 accepted); the 4 fail-fast calls are counted apart.
+    assert requests_with(metrics, "auth_error") == 2 and requests_with(metrics, "ok") == 1
+    assert sample(metrics, "rubric_monitor_judge_calls_refused_total", model=MODEL, reason="auth_open") == 4
 
 
 # -- capability fallback -------------------------------------------------------------------------------------
@@ -796,14 +800,21 @@ def test_header_parsing() -> None:
     assert spent_quota_wait(not_spent) is None
 
 
-def test_record_invalid_reply_counts_under_its_own_outcome() -> None:
+def test_an_invalid_reply_is_counted_apart_from_the_exclusive_outcomes() -> None:
     async def use(judge: OpenAIJudge) -> None:
+        await judge.complete(REQUEST)
         judge.record_invalid_reply()
 
     with ScriptedOpenAIServer(lambda _: completion(GOOD)) as server:
         metrics = new_metrics()
+        metrics.judge_configured("openai", MODEL)
         with_judge(settings_for(server), metrics, use)
-    assert requests_with(metrics, "invalid_reply") == 1
+    outcomes = {family.name: family for family in metrics.registry.collect()}["rubric_monitor_judge_requests"]
+    by_outcome = {s.labels["outcome"]: s.value for s in outcomes.samples if s.name.endswith("_total")}
+    # Every outcome exists from the start (at zero); one call, one count: summing outcomes gives the requests.
+    assert by_outcome == {"ok": 1, "rate_limited": 0, "server_error": 0, "timeout": 0, "auth_error": 0,
+                          "refused": 0, "error": 0}
+    assert sample(metrics, "rubric_monitor_judge_invalid_replies_total", model=MODEL) == 1
 
 
 def test_every_judge_error_is_a_judge_error() -> None:

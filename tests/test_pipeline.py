@@ -321,15 +321,19 @@ def test_spending_of_failed_evaluations_counts_against_the_budget(setup: Setup) 
     monitor.close()
 
 
-def test_a_store_that_fails_during_scrapes_still_serves_the_daemons_health(setup: Setup) -> None:
+def test_a_store_that_fails_keeps_the_last_quality_state_served_and_says_so(setup: Setup) -> None:
     from prometheus_client import generate_latest
 
     monitor = setup.monitor()
     monitor.run_cycle()
     monitor.store.close()
     monitor.store._engine = __import__("sqlalchemy").create_engine("sqlite:////nonexistent/dir/x.db")
+    report = monitor.run_cycle()
+    assert any(f.startswith("metrics: StoreError") for f in report.failures)
     text = generate_latest(monitor.registry).decode()
-    assert "rubric_monitor_cycles_total" in text and "rubric_monitor_pass_rate{" not in text
+    # The last prepared windows and the counters are still served with the daemon's health, never a gap.
+    assert "rubric_monitor_cycles_total" in text and "rubric_monitor_pass_rate{" in text
+    assert monitor.registry.get_sample_value("rubric_monitor_stage_failures_total", {"stage": "metrics"}) == 1
 
 
 def test_a_spent_quota_fails_fast_waits_and_shows_in_health(setup: Setup) -> None:

@@ -11,7 +11,9 @@ import pytest
 import sqlalchemy
 
 from monitor.models import DimensionScore, EvaluationResult, SpanRecord
+from monitor.rollups import WindowTotals, parse_window
 from monitor.store import InMemoryStore, SqlStore
+from monitor.store.base import RollupKey, RollupSums, bucket_of
 
 T0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
 POSTGRES_URL = os.environ.get("RUBRIC_MONITOR_TEST_POSTGRES_URL")
@@ -103,26 +105,51 @@ def test_scored_conversation_ignores_or_reopens_on_late_turns(store: SqlStore) -
     assert pending.revision == 1
 
 
-def test_a_new_revision_supersedes_the_old_one_in_aggregates(store: SqlStore) -> None:
-    store.record(result(outcome="fail", score=0.3, dims=(1,)))
+def windows_now(store: SqlStore, *names: str) -> dict[str, dict[RollupKey, RollupSums]]:
+    totals = WindowTotals([parse_window(name) for name in names])
+    totals.refresh(store, datetime.now(UTC).timestamp())
+    return {window.name: dict(totals.sums(window)) for window in totals.windows}
+
+
+def test_a_new_revision_supersedes_the_old_one_in_rollups(store: SqlStore) -> None:
+    store.record(result(outcome="fail", score=0.3, dims=(1,), at=datetime.now(UTC) - timedelta(hours=3)))
     store.record(result(outcome="pass", score=0.9, dims=(5,), revision=1))
     assert len(store.results("c1")) == 2
     [current] = store.results("c1", current_only=True)
     assert current.revision == 1
-    [agg] = store.window_aggregates([("1h", 3600)], datetime.now(UTC))
-    assert (agg.scored, agg.passed, agg.dimension_means) == (1, 1, {"d0": 5.0})
+    window = windows_now(store, "24h")["24h"]
+    assert window[("r", "v1", "agent-a", "")] == (1, 1, 0, 0.9)
+    assert window[("r", "v1", "agent-a", "d0")] == (1, 0, 0, 5.0)
 
 
-def test_window_aggregates_leave_out_unscored_and_old_results(store: SqlStore) -> None:
+def test_windows_leave_out_unscored_and_old_results(store: SqlStore) -> None:
     now = datetime.now(UTC)
     store.record(result("c1", "pass", dims=(4, 2)))
     store.record(result("c2", "fail", score=0.2, dims=(2, 2)))
     store.record(result("c3", "unscored", dims=()))
     store.record(result("c4", "pass", dims=(5, 5), at=now - timedelta(hours=2)))
-    by_window = {a.window: a for a in store.window_aggregates([("1h", 3600), ("24h", 86400)], now)}
-    assert (by_window["1h"].scored, by_window["1h"].passed) == (2, 1)
-    assert by_window["1h"].dimension_means == {"d0": 3.0, "d1": 2.0}
-    assert (by_window["24h"].scored, by_window["24h"].passed) == (3, 2)
+    by_window = windows_now(store, "1h", "24h")
+    overall, d0, d1 = (("r", "v1", "agent-a", d) for d in ("", "d0", "d1"))
+    assert by_window["1h"][overall][:3] == (2, 1, 1) and by_window["1h"][d0] == (2, 0, 0, 6.0)
+    assert by_window["1h"][d1] == (2, 0, 0, 4.0)
+    assert by_window["24h"][overall][:3] == (3, 2, 1) and by_window["24h"][d0] == (3, 0, 0, 11.0)
+
+
+def test_rebuilt_rollups_equal_the_ones_kept_while_recording(store: SqlStore) -> None:
+    now = datetime.now(UTC)
+    for i in range(12):
+        at = now - timedelta(hours=i % 5, minutes=i)
+        store.record(result(f"c{i}", ("pass", "fail", "unscored")[i % 3], score=i / 12, dims=(1 + i % 5, 3), at=at))
+    store.record(result("c0", "fail", score=0.1, dims=(2,), revision=1))  # supersedes c0's first verdict
+    store.record(result("c1", "pass", score=0.8, dims=(5, 5), revision=2, version="v2"))
+    first, last = bucket_of(now.timestamp()) - 10 * 3600, bucket_of(now.timestamp())
+    kept = store.rollup_sums(first, last)
+    assert store.rebuild_rollups() > 0
+    rebuilt = store.rollup_sums(first, last)
+    nonzero = {k: v for k, v in kept.items() if v[0] or v[2]}
+    assert rebuilt.keys() == nonzero.keys()
+    for key, sums in rebuilt.items():
+        assert sums[:3] == nonzero[key][:3] and sums[3] == pytest.approx(nonzero[key][3]), key
 
 
 def test_usage_accumulates_per_rubric_and_day(store: SqlStore) -> None:

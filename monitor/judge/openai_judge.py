@@ -35,10 +35,12 @@ Decisions worth knowing:
 - **Credentials.** A 401/403 (or an Entra ID credential that cannot produce a token) logs one line, sets
   ``rubric_monitor_judge_up`` to 0 and makes every later call fail fast with ``JudgeAuthError``, without a
   request, until ``auth_reprobe_seconds`` have passed; then a single call tries the credential again.
-- **Metrics.** Every ``complete`` ends in exactly one ``rubric_monitor_judge_requests{outcome}`` count:
-  ``ok`` or the ``outcome`` of the ``JudgeError`` it raised (fail-fast auth and spent-quota calls included).
-  ``ok`` means the transport succeeded; the evaluator reports replies it then rejects through
-  ``record_invalid_reply``, so ``invalid_reply`` is a subset of ``ok``, not an alternative to it.
+- **Metrics.** Every ``complete`` ends in exactly one count. A call that sent at least one request counts in
+  ``rubric_monitor_judge_requests{outcome}``: ``ok`` or the ``outcome`` of the ``JudgeError`` it raised (the
+  outcomes are exclusive; its retries are ``judge_retries``). A call short-circuited without any request (the
+  credential refused and not yet re-probed, a spent quota) counts in ``rubric_monitor_judge_calls_refused{reason}``
+  instead, so the requests counter matches what the endpoint saw. ``ok`` means the transport succeeded; replies
+  the evaluator then rejects are counted apart (``record_invalid_reply``, ``judge_invalid_replies``).
 """
 
 from __future__ import annotations
@@ -104,6 +106,13 @@ class JudgeModelRefused(JudgeRefused):
     def __init__(self, message: str, reply: JudgeReply) -> None:
         super().__init__(message)
         self.reply = reply
+
+
+@dataclass
+class _Tally:
+    """Requests one ``complete`` sent, retries and shape adaptations included."""
+
+    requests: int = 0
 
 
 class _CredentialUnavailable(Exception):
@@ -347,18 +356,23 @@ class OpenAIJudge:
         return self._modes[self._state(model or self.model).mode_index]
 
     def record_invalid_reply(self, model: str | None = None) -> None:
-        """Count a reply the evaluator rejected (outcome ``invalid_reply``; its call was counted ``ok``)."""
-        self._metrics.judge_requests.labels(model or self.model, "invalid_reply").inc()
+        """Count a reply the evaluator rejected (``judge_invalid_replies``; its call was counted ``ok``)."""
+        self._metrics.judge_invalid_replies.labels(model or self.model).inc()
 
     async def complete(self, request: JudgeRequest) -> JudgeReply:
         model = request.model or self.model
         self._enter_quota_gate(model)
         is_probe = self._enter_auth_gate(model)
         started = time.monotonic()
+        tally = _Tally()
         try:
-            reply = await self._complete_with_retries(request, model)
+            reply = await self._complete_with_retries(request, model, tally)
         except JudgeError as exc:
-            self._count(model, exc.outcome, started)
+            if tally.requests == 0 and isinstance(exc, JudgeRateLimited):
+                # The quota was found spent while this call waited its turn: nothing reached the endpoint.
+                self._metrics.judge_calls_refused.labels(model, "quota_spent").inc()
+            else:
+                self._count(model, exc.outcome, started)
             raise
         finally:
             if is_probe:
@@ -373,12 +387,12 @@ class OpenAIJudge:
 
     # -- retry loop ------------------------------------------------------------------------------------------
 
-    async def _complete_with_retries(self, request: JudgeRequest, model: str) -> JudgeReply:
+    async def _complete_with_retries(self, request: JudgeRequest, model: str, tally: _Tally) -> JudgeReply:
         retries = 0
         adaptations = 0
         while True:
             try:
-                return await self._attempt(request, model)
+                return await self._attempt(request, model, tally)
             except _Adapted as exc:
                 adaptations += 1
                 if adaptations > _MAX_ADAPTATIONS:
@@ -405,7 +419,7 @@ class OpenAIJudge:
         ceiling = min(self._settings.backoff_max_seconds, self._settings.backoff_base_seconds * 2.0**retries)
         return ceiling / 2.0 + random.uniform(0.0, ceiling / 2.0)
 
-    async def _attempt(self, request: JudgeRequest, model: str) -> JudgeReply:
+    async def _attempt(self, request: JudgeRequest, model: str, tally: _Tally) -> JudgeReply:
         state = self._state(model)
         call = self._build_call(request, model, state)
         async with self._semaphore:
@@ -415,6 +429,7 @@ class OpenAIJudge:
                 # The quota was found spent while this call queued or backed off: no request either.
                 self._limiter.settle(permit, 0)
                 raise blocked
+            tally.requests += 1
             try:
                 async with asyncio.timeout(self._settings.timeout_seconds):
                     raw = await self._client.chat.completions.with_raw_response.create(**call.arguments)
@@ -581,7 +596,7 @@ class OpenAIJudge:
 
     def _enter_quota_gate(self, model: str) -> None:
         if (blocked := self._quota_gate_error(model)) is not None:
-            self._metrics.judge_requests.labels(model, "rate_limited").inc()
+            self._metrics.judge_calls_refused.labels(model, "quota_spent").inc()
             raise blocked
 
     def _close_quota_gate(self, model: str, wait: float, detail: str) -> JudgeRateLimited:
@@ -607,7 +622,7 @@ class OpenAIJudge:
         if elapsed >= self._settings.auth_reprobe_seconds and not self._auth_probe_running:
             self._auth_probe_running = True
             return True
-        self._metrics.judge_requests.labels(model, "auth_error").inc()
+        self._metrics.judge_calls_refused.labels(model, "auth_open").inc()
         wait = max(0.0, self._settings.auth_reprobe_seconds - elapsed)
         raise JudgeAuthError(f"judge model {model}: credential refused {elapsed:.0f}s ago; no calls until "
                              f"it is tried again in {wait:.0f}s")

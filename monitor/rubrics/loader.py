@@ -8,11 +8,12 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import TypeAdapter, ValidationError
 
+from monitor.documents import DocumentError, load_json, load_yaml, read_document_text
 from monitor.errors import RubricError
 from monitor.rubrics.schema import Rubric
+from monitor.validation_errors import translate_errors
 
 RUBRIC_SUFFIXES = (".yaml", ".yml", ".json")
 RUBRIC_KINDS = ("weighted", "adaptive", "grounding", "hallucination", "safety", "final_response_match")
@@ -27,19 +28,20 @@ def content_version(data: Any) -> str:
 
 def _read(path: Path) -> Any:
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_document_text(path)
     except OSError as exc:
         raise RubricError(str(path), None, f"cannot read: {exc.strerror}") from exc
-    except UnicodeDecodeError as exc:
-        raise RubricError(str(path), None, f"not UTF-8 text: {exc.reason} at byte {exc.start}") from exc
+    except DocumentError as exc:
+        raise RubricError(str(path), None, str(exc)) from None
     return _decode(text, path)
 
 
 def _decode(text: str, path: Path) -> Any:
+    # Bounded readers: aliases, depth, size and duplicate keys are checked before the content is expanded.
     try:
-        return json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as exc:
-        raise RubricError(str(path), None, f"not valid {path.suffix.lstrip('.').upper()}: {exc}") from exc
+        return load_json(text) if path.suffix == ".json" else load_yaml(text)
+    except DocumentError as exc:
+        raise RubricError(str(path), None, str(exc)) from None
 
 
 def load_rubric_text(text: str, path: Path) -> Rubric:
@@ -48,11 +50,16 @@ def load_rubric_text(text: str, path: Path) -> Rubric:
 
 
 def parse_rubric(data: Any, where: str) -> Rubric:
-    """Validate one rubric document. A bare list is a Foundry dimension list; the name defaults to the file stem."""
+    """Validate one rubric document. A bare list is a Foundry dimension list; Foundry's evaluator envelope
+    (``name``, ``categories``, ``definition: {type: rubric, ...}``) is flattened; the name defaults to the file
+    stem."""
     if isinstance(data, list):
         data = {"kind": "weighted", "dimensions": data}
     if not isinstance(data, dict):
         raise RubricError(where, None, "a rubric file holds a mapping (or a Foundry list of dimensions)")
+    from_definition: set[str] = set()
+    if "definition" in data:
+        data, from_definition = _flatten_envelope(data, where)
     if "dimensions" in data and "kind" not in data:
         data = {**data, "kind": "weighted"}
     data = {"name": Path(where).stem, **data}
@@ -65,24 +72,53 @@ def parse_rubric(data: Any, where: str) -> Rubric:
         return _ADAPTER.validate_python(data)
     except ValidationError as exc:
         # A bad dimension also empties the list, which pydantic reports as a second, consequential error.
-        errors = [e for e in exc.errors() if e["type"] != "too_short" or len(exc.errors()) == 1]
-        first = errors[0]
-        # Drop the union tag pydantic puts first ("weighted.dimensions.0.weight" -> "dimensions.0.weight").
-        loc = [str(p) for p in first["loc"]]
-        if loc and loc[0] == str(data.get("kind")):
-            loc = loc[1:]
-        message = first["msg"]
-        if first["type"] in ("union_tag_invalid", "union_tag_not_found"):
-            loc = ["kind"]
-            message = f"must be one of {', '.join(RUBRIC_KINDS)}" + (
-                f", not {data.get('kind')!r}" if "kind" in data else " (or give 'dimensions' for a weighted rubric)")
-        if message.startswith("Value error, "):
-            message = message.removeprefix("Value error, ")
-            if ": " in message and not loc:
-                field, _, message = message.partition(": ")
-                loc = [field]
-        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-        raise RubricError(where, ".".join(loc) or None, message + more) from exc
+        details = [e for e in exc.errors() if e["type"] != "too_short" or len(exc.errors()) == 1]
+        errors = translate_errors(details, Rubric, where)  # type: ignore[arg-type]
+        first = details[0]
+        if first["type"] == "union_tag_not_found":
+            message = f"must be one of {', '.join(RUBRIC_KINDS)} (or give 'dimensions' for a weighted rubric)"
+            raise RubricError(where, "kind", message) from None
+        rubric_errors = [RubricError(e.where, _in_definition(e.field, from_definition), e.message) for e in errors]
+        raise RubricError.collect(rubric_errors) from None
+
+
+def _in_definition(field: str | None, from_definition: set[str]) -> str | None:
+    """The field as the user wrote it: keys that came from Foundry's ``definition`` are named under it."""
+    if field and field.split(".")[0] in from_definition:
+        return f"definition.{field}"
+    return field
+
+
+EVALUATOR_CATEGORIES = ("quality", "safety", "agents")
+_ENVELOPE_ONLY = ("categories", "display_name", "evaluator_type", "definition")
+
+
+def _flatten_envelope(data: dict[str, Any], where: str) -> tuple[dict[str, Any], set[str]]:
+    """Foundry's ``EvaluatorVersion`` body as one rubric mapping, and the keys that came from ``definition``."""
+    definition = data["definition"]
+    if not isinstance(definition, dict):
+        raise RubricError(where, "definition", "must be a mapping (Foundry's evaluator definition)")
+    if definition.get("type", "rubric") != "rubric":
+        raise RubricError(where, "definition.type", f"only rubric evaluators are supported, not "
+                                                    f"{definition.get('type')!r}")
+    categories = data.get("categories", ["quality"])
+    if not isinstance(categories, list) or not all(isinstance(c, str) for c in categories):
+        raise RubricError(where, "categories", "must be a list such as [quality] or [agents, safety]")
+    unknown = [c for c in categories if c not in EVALUATOR_CATEGORIES]
+    if unknown:
+        raise RubricError(where, "categories", f"unknown category {unknown[0]!r}; one of "
+                                               f"{', '.join(EVALUATOR_CATEGORIES)}")
+    if data.get("evaluator_type", "custom") != "custom":
+        raise RubricError(where, "evaluator_type", "a rubric evaluator is 'custom'")
+    inner = {k: v for k, v in definition.items() if k != "type"}
+    outer = {k: v for k, v in data.items() if k not in _ENVELOPE_ONLY}
+    clash = sorted(set(inner) & set(outer))
+    if clash:
+        raise RubricError(where, f"definition.{clash[0]}", "given both in the envelope and in its definition")
+    flat = {**outer, **inner, "kind": "weighted", "category": "safety" if "safety" in categories else "quality"}
+    if "display_name" in data:
+        flat["display_name"] = data["display_name"]
+    return flat, set(inner)
 
 
 def load_rubric_file(path: Path) -> Rubric:
@@ -94,7 +130,14 @@ def rubric_files(directory: Path) -> list[Path]:
         return [directory]
     if not directory.is_dir():
         raise RubricError(str(directory), None, "rubric directory does not exist")
-    return sorted(p for p in directory.rglob("*") if p.suffix in RUBRIC_SUFFIXES and p.is_file())
+    # Hidden entries are skipped: editors' temporary files, and the ``..data`` / ``..<timestamp>`` directories of a
+    # mounted Kubernetes ConfigMap, whose files are also reachable through its top-level symlinks (reading both
+    # would see every rubric twice, and the second copy as a name clash).
+    return sorted(
+        p for p in directory.rglob("*")
+        if p.suffix in RUBRIC_SUFFIXES and p.is_file()
+        and not any(part.startswith(".") for part in p.relative_to(directory).parts)
+    )
 
 
 def load_rubrics(directory: Path) -> list[Rubric]:

@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from monitor.documents import MAX_DOCUMENT_BYTES, DocumentError, decode_document
 from monitor.errors import RubricError
 from monitor.metrics import MonitorMetrics
 from monitor.rubrics.loader import check_unique, load_rubric_text, rubric_files
@@ -70,16 +71,17 @@ def _stamp(path: Path) -> tuple[int, int]:
 
 def _read(path: Path) -> tuple[tuple[int, int], str, str]:
     """Stamp, SHA-256 and text of a file; the stamp is taken first so a write during the read is seen next
-    time."""
+    time. At most ``MAX_DOCUMENT_BYTES`` are read: a huge file is refused, not loaded."""
     try:
         stamp = _stamp(path)
-        raw = path.read_bytes()
+        with path.open("rb") as handle:
+            raw = handle.read(MAX_DOCUMENT_BYTES + 1)
     except OSError as exc:
         raise RubricError(str(path), None, f"cannot read: {exc.strerror}") from exc
     try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise RubricError(str(path), None, f"not UTF-8 text: {exc.reason} at byte {exc.start}") from exc
+        text = decode_document(raw)
+    except DocumentError as exc:
+        raise RubricError(str(path), None, str(exc)) from None
     return stamp, hashlib.sha256(raw).hexdigest(), text
 
 
@@ -201,9 +203,10 @@ class RubricRegistry:
             return
         current: set[tuple[str, str, str]] = {(r.name, r.version or "", r.kind) for r in self.active()}
         for labels in self._published - current:
-            self._metrics.rubric_active.remove(*labels)
+            self._metrics.rubric_info.remove(*labels)
         for labels in current - self._published:
-            self._metrics.rubric_active.labels(*labels).set(1)
+            self._metrics.rubric_info.labels(*labels).set(1)
+            self._metrics.rubric_active(labels[0])
         self._published = current
 
     @staticmethod

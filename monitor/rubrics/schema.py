@@ -47,9 +47,63 @@ class Dimension(BaseModel):
     @field_validator("weight", mode="before")
     @classmethod
     def _integer_weight(cls, value: Any) -> Any:
-        if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
-            raise ValueError("must be an integer from 1 to 10")
+        # "5" would pass pydantic's lax mode: a quoted weight is a mistake to name, not to guess.
+        if isinstance(value, bool | str) or (isinstance(value, float) and not value.is_integer()):
+            raise ValueError("must be an integer from 1 to 10 (not quoted)")
         return value
+
+    @field_validator("description", mode="before")
+    @classmethod
+    def _strip_description(cls, value: Any) -> Any:
+        return value.strip() if isinstance(value, str) else value
+
+
+_JSON_TYPES = ("object", "array", "string", "number", "integer", "boolean", "null")
+
+
+def check_json_schema(schema: Any, path: str = "") -> None:
+    """The structure Foundry's ``data_schema`` / ``init_parameters`` must have (JSON Schema 2020-12): a schema
+    object (or true/false), known ``type`` names, ``properties`` of schemas, ``required`` a list of names."""
+    where = f" at {path}" if path else ""
+    if isinstance(schema, bool):
+        return
+    if not isinstance(schema, dict):
+        raise ValueError(f"must be a JSON Schema object{where}, not {type(schema).__name__}")
+    types = schema.get("type")
+    for name in types if isinstance(types, list) else ([] if types is None else [types]):
+        if name not in _JSON_TYPES:
+            raise ValueError(f"type {name!r}{where} is not one of {', '.join(_JSON_TYPES)}")
+    required = schema.get("required")
+    if required is not None and (not isinstance(required, list) or not all(isinstance(r, str) for r in required)
+                                 or len(set(required)) != len(required)):
+        raise ValueError(f"required{where} must be a list of distinct property names")
+    properties = schema.get("properties")
+    if properties is not None:
+        if not isinstance(properties, dict):
+            raise ValueError(f"properties{where} must map names to schemas")
+        for name, sub in properties.items():
+            check_json_schema(sub, f"{path}.properties.{name}".lstrip("."))
+    if "items" in schema:
+        check_json_schema(schema["items"], f"{path}.items".lstrip("."))
+
+
+class EvaluatorMetric(BaseModel):
+    """One output metric of a Foundry evaluator definition (``metrics``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    type: Literal["ordinal", "continuous", "boolean"] | None = None
+    desirable_direction: Literal["increase", "decrease", "neutral"] | None = None
+    min_value: float | None = None
+    max_value: float | None = None
+    threshold: float | None = None
+    is_primary: bool | None = None
+
+    @model_validator(mode="after")
+    def _range(self) -> EvaluatorMetric:
+        if self.min_value is not None and self.max_value is not None and self.min_value > self.max_value:
+            raise ValueError(f"min_value {self.min_value} is above max_value {self.max_value}")
+        return self
 
 
 class WeightedRubric(RubricBase):
@@ -61,14 +115,29 @@ class WeightedRubric(RubricBase):
     pass_threshold: float = Field(default=0.5, ge=0.0, le=1.0)
     normalization: Literal["div5", "minmax"] = "div5"
     """``div5``: weighted mean / 5 (reproduces Foundry's published outputs); ``minmax``: (weighted mean - 1) / 4."""
+    display_name: str | None = None
+    """Foundry's display name (evaluator envelope)."""
+    data_schema: dict[str, Any] | None = None
+    """Foundry's JSON Schema of the evaluator's input data; kept and checked, not used for scoring."""
+    init_parameters: dict[str, Any] | None = None
+    """Foundry's JSON Schema of the evaluator's parameters; kept and checked, not used for scoring."""
+    metrics: dict[str, EvaluatorMetric] | None = None
+    """Foundry's output metrics of the evaluator; kept and checked, not used for scoring."""
 
     @model_validator(mode="before")
     @classmethod
     def _foundry_verbatim(cls, data: Any) -> Any:
-        # Foundry's EvaluatorDefinition carries type "rubric" and JSON-schema fields we do not use.
+        # Foundry's EvaluatorDefinition is discriminated by type "rubric", which our kind already says.
         if isinstance(data, dict) and data.get("type") == "rubric":
-            data = {k: v for k, v in data.items() if k not in ("type", "data_schema", "init_parameters", "metrics")}
+            data = {k: v for k, v in data.items() if k != "type"}
         return data
+
+    @field_validator("data_schema", "init_parameters", mode="before")
+    @classmethod
+    def _json_schema(cls, value: Any) -> Any:
+        if value is not None:
+            check_json_schema(value)
+        return value
 
     @model_validator(mode="after")
     def _check_dimensions(self) -> WeightedRubric:
@@ -78,6 +147,14 @@ class WeightedRubric(RubricBase):
                 raise ValueError(f"dimensions.{index}.id: duplicate dimension id {dimension.id!r}")
             seen.add(dimension.id)
         residual = RESIDUAL_DIMENSIONS[self.category]
+        for index, dimension in enumerate(self.dimensions):
+            # Foundry attaches the residual dimension and does not let it be edited: a rubric that changes its
+            # weight or applicability would score differently here than in Foundry.
+            if dimension.id == residual["id"] and (dimension.weight, dimension.always_applicable) != (
+                    residual["weight"], residual["always_applicable"]):
+                raise ValueError(f"dimensions.{index}: the residual dimension {dimension.id} is fixed at weight "
+                                 f"{residual['weight']}, always_applicable true; leave it out (it is added) or "
+                                 "state it unchanged")
         if residual["id"] not in seen:
             # The service attaches the residual dimension; so do we, so that hand-written rubrics score alike.
             object.__setattr__(self, "dimensions", (*self.dimensions, Dimension.model_validate(residual)))

@@ -8,16 +8,37 @@ is recorded exactly once, and a conversation already scored is never sent to the
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import date, datetime
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
-from monitor.metrics import WindowAggregate
 from monitor.models import EvaluationResult, SpanRecord
 
 LatePolicy = Literal["ignore", "rescore"]
+
+BUCKET_SECONDS = 3600
+"""Rollups are hourly: a rolling window is a sum over its hours."""
+RollupKey = tuple[str, str, str, str]
+"""(rubric, rubric version, agent, dimension); dimension "" is the overall verdict."""
+RollupSums = tuple[int, int, int, float]
+"""(scored, passed, unscored, score sum); a dimension row counts its applicable scores in ``scored``."""
+
+
+def bucket_of(ts: float) -> int:
+    """The start (epoch seconds) of the hour holding ``ts``."""
+    return int(ts // BUCKET_SECONDS) * BUCKET_SECONDS
+
+
+@dataclass(frozen=True)
+class RollupChanges:
+    """Changes this process made to the rollups of past hours since the last drain."""
+
+    changes: tuple[tuple[int, RollupKey, RollupSums], ...]
+    """(hour, key, signed sums added)."""
+    overflowed: bool = False
+    """Too many to keep, or the rollups were rebuilt: every window must be read again."""
 
 
 @dataclass(frozen=True)
@@ -103,8 +124,20 @@ class ResultStore(Protocol):
 
     def results(self, conversation_id: str | None = None, current_only: bool = False) -> list[EvaluationResult]: ...
 
-    def window_aggregates(self, windows: Iterable[tuple[str, float]], now: datetime) -> list[WindowAggregate]:
-        """Pass rate and dimension means of current scored results, per window (name, seconds)."""
+    def rollup_sums(self, first_bucket: int, last_bucket: int) -> dict[RollupKey, RollupSums]:
+        """Rollups summed over the hours ``first_bucket`` to ``last_bucket`` (both included), per key."""
+        ...
+
+    def rollups_frozen(self) -> AbstractContextManager[Any]:
+        """While held, no result is recorded by this process (a consistent drain-and-read)."""
+        ...
+
+    def drain_rollup_changes(self) -> RollupChanges: ...
+
+    def prune_rollups(self, before_bucket: int) -> int: ...
+
+    def rebuild_rollups(self) -> int:
+        """Recompute every rollup from the current results; returns the rows written."""
         ...
 
     def prune(self, scored_before: datetime) -> int:

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, date, datetime
 from typing import Any, TypeVar
@@ -32,18 +33,29 @@ from sqlalchemy import (
     delete,
     func,
     insert,
+    literal,
     select,
     text,
     update,
 )
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.pool import StaticPool
 
 from monitor.assemble import conversation_key
 from monitor.errors import StoreError
-from monitor.metrics import WindowAggregate
 from monitor.models import EvaluationResult, SpanRecord, utc_now
-from monitor.store.base import LatePolicy, PendingConversation, RetentionPolicy, StoredSpans
+from monitor.store.base import (
+    BUCKET_SECONDS,
+    LatePolicy,
+    PendingConversation,
+    RetentionPolicy,
+    RollupChanges,
+    RollupKey,
+    RollupSums,
+    StoredSpans,
+    bucket_of,
+)
 from monitor.store.migrate import MigrateMode
 from monitor.store.migrate import prepare as prepare_schema
 
@@ -126,6 +138,22 @@ usage_table = Table(
     Column("usd", Float, nullable=False),
 )
 
+rollups_table = Table(
+    "quality_rollups", metadata,
+    # Hourly sums of current results, kept in the transaction that records a result, so a rolling window is a
+    # sum over a few hundred rows per series instead of a scan of every result in it. The bucket leads the key:
+    # reading one hour, or pruning old ones, is a range of the primary key.
+    Column("bucket_ts", Integer, primary_key=True),  # epoch seconds of the hour's start (UTC)
+    Column("rubric", String(256), primary_key=True),
+    Column("rubric_version", Text, primary_key=True),
+    Column("agent", Text, primary_key=True),
+    Column("dimension", String(128), primary_key=True),  # "" for the overall verdict, else a dimension id
+    Column("scored", Integer, nullable=False),  # scored results (overall row) or applicable scores (dimension row)
+    Column("passed", Integer, nullable=False),  # overall row only
+    Column("unscored", Integer, nullable=False),  # overall row only
+    Column("score_sum", Float, nullable=False),  # overall score (0..1) or dimension score (1..5) sum
+)
+
 items_table = Table(
     "adaptive_items", metadata,
     Column("key", String(128), primary_key=True),
@@ -161,6 +189,8 @@ _CHUNK = 500
 _CONFLICT_ATTEMPTS = 3
 _T = TypeVar("_T")
 log = logging.getLogger(__name__)
+_MAX_LATE_CHANGES = 50_000
+"""Rollup changes to past hours kept for ``drain_rollup_changes``; beyond it the reader is told to reload."""
 
 
 def _lock_key(name: str) -> int:
@@ -187,6 +217,25 @@ def _dt(value: float) -> datetime:
     return datetime.fromtimestamp(value, UTC)
 
 
+def _add_to_rollup(rollup: dict[tuple[int, RollupKey], RollupSums], ts: float, rubric: str, version: str,
+                   agent: str, outcome: str, score: float | None, dimension_scores: Sequence[tuple[str, int]],
+                   sign: int) -> None:
+    """Add (sign 1) or take out (sign -1) one result's share of its hour's rollup rows."""
+    bucket = bucket_of(ts)
+
+    def add(dimension: str, scored: int, passed: int, unscored: int, total: float) -> None:
+        old = rollup.get((bucket, (rubric, version, agent, dimension)), (0, 0, 0, 0.0))
+        rollup[(bucket, (rubric, version, agent, dimension))] = (
+            old[0] + sign * scored, old[1] + sign * passed, old[2] + sign * unscored, old[3] + sign * total)
+
+    if outcome == "unscored":
+        add("", 0, 0, 1, 0.0)
+        return
+    add("", 1, int(outcome == "pass"), 0, score or 0.0)
+    for dimension, value in dimension_scores:
+        add(dimension, 1, 0, 0, float(value))
+
+
 class SqlStore:
     """``ResultStore`` over any SQLAlchemy URL. An empty database is created at the newest schema revision; one
     behind it is upgraded with ``migrate="auto"``, else refused (``SchemaBehind``, see ``monitor.store.migrate``)."""
@@ -199,6 +248,9 @@ class SqlStore:
         if url.startswith("sqlite") and (url.endswith(":memory:") or url in ("sqlite://", "sqlite+pysqlite://")):
             # One shared connection, or every new connection would see a new, empty database.
             kwargs = {"poolclass": StaticPool, "connect_args": {"check_same_thread": False}}
+        self._rollup_lock = threading.RLock()
+        self._late_changes: list[tuple[int, RollupKey, RollupSums]] = []
+        self._late_overflow = False
         try:
             self._engine = create_engine(url, future=True, **kwargs)
             prepare_schema(self._engine, migrate, f"store {self._safe_url()}")
@@ -475,16 +527,14 @@ class SqlStore:
         c = results_table.c
         turn_key = -1 if result.turn_index is None else result.turn_index
         ts = _ts(result.evaluated_at)
+        rollup: dict[tuple[int, RollupKey], RollupSums] = {}
         try:
-            with self._tx() as conn:
+            with self._rollup_lock, self._tx() as conn:
                 if result.revision > 0:
                     superseded = and_(c.conversation_id == _text(result.conversation_id), c.rubric == result.rubric,
                                       c.turn_key == turn_key, c.revision < result.revision)
-                    old_ids = list(conn.execute(select(c.id).where(superseded)).scalars())
+                    self._retract(conn, superseded, rollup)
                     conn.execute(update(results_table).where(superseded).values(current=False))
-                    if old_ids:
-                        conn.execute(update(dimensions_table).where(dimensions_table.c.result_id.in_(old_ids))
-                                     .values(current=False))
                 inserted = conn.execute(insert(results_table).values(
                     conversation_id=_text(result.conversation_id), rubric=result.rubric,
                     rubric_version=_text(result.rubric_version), turn_key=turn_key, revision=result.revision,
@@ -494,19 +544,70 @@ class SqlStore:
                 if primary_key is None:
                     raise StoreError("store returned no id for the new result row")
                 result_id = primary_key[0]
-                dimension_rows = [
-                    {"result_id": result_id, "dimension": d.id, "rubric": result.rubric,
-                     "rubric_version": _text(result.rubric_version), "agent": _text(result.agent), "score": d.score,
-                     "current": True, "evaluated_ts": ts}
-                    for d in result.dimension_scores if d.applicable and d.score is not None
-                ]
-                if dimension_rows and result.outcome != "unscored":
-                    conn.execute(insert(dimensions_table), dimension_rows)
+                scores = [(d.id, d.score) for d in result.dimension_scores
+                          if d.applicable and d.score is not None and result.outcome != "unscored"]
+                if scores:
+                    conn.execute(insert(dimensions_table), [
+                        {"result_id": result_id, "dimension": dimension, "rubric": result.rubric,
+                         "rubric_version": _text(result.rubric_version), "agent": _text(result.agent),
+                         "score": score, "current": True, "evaluated_ts": ts}
+                        for dimension, score in scores
+                    ])
+                _add_to_rollup(rollup, ts, result.rubric, _text(result.rubric_version), _text(result.agent),
+                               result.outcome, result.score, scores, 1)
+                self._apply_rollup(conn, rollup)
+            self._note_late_changes(rollup)
         except IntegrityError:
             if self.has_result(result.conversation_id, result.rubric, result.rubric_version, result.revision):
                 return False
             raise StoreError(f"result of conversation {result.conversation_id!r} violates a constraint") from None
         return True
+
+    def _retract(self, conn: Connection, superseded: Any, rollup: dict[tuple[int, RollupKey], RollupSums]) -> None:
+        """Take the current results about to be superseded out of the rollups (and mark their dimensions)."""
+        c, d = results_table.c, dimensions_table.c
+        old = conn.execute(select(c.id, c.rubric, c.rubric_version, c.agent, c.outcome, c.score, c.evaluated_ts)
+                           .where(and_(superseded, c.current.is_(True)))).all()
+        if not old:
+            return
+        ids = [row.id for row in old]
+        dimension_scores: dict[int, list[tuple[str, int]]] = defaultdict(list)
+        for score_row in conn.execute(select(d.result_id, d.dimension, d.score)
+                                      .where(and_(d.result_id.in_(ids), d.current.is_(True)))):
+            dimension_scores[score_row.result_id].append((score_row.dimension, score_row.score))
+        for row in old:
+            _add_to_rollup(rollup, row.evaluated_ts, row.rubric, row.rubric_version, row.agent, row.outcome,
+                           row.score, dimension_scores[row.id], -1)
+        conn.execute(update(dimensions_table).where(d.result_id.in_(ids)).values(current=False))
+
+    def _apply_rollup(self, conn: Connection, rollup: dict[tuple[int, RollupKey], RollupSums]) -> None:
+        rows = [{"bucket_ts": bucket, "rubric": key[0], "rubric_version": key[1], "agent": key[2],
+                 "dimension": key[3], "scored": sums[0], "passed": sums[1], "unscored": sums[2],
+                 "score_sum": sums[3]} for (bucket, key), sums in rollup.items()]
+        if not rows:
+            return
+        r = rollups_table.c
+        dialect = self._engine.dialect.name
+        statement = (postgresql.insert(rollups_table) if dialect == "postgresql" else sqlite.insert(rollups_table))
+        excluded = statement.excluded
+        conn.execute(statement.on_conflict_do_update(
+            index_elements=[r.bucket_ts, r.rubric, r.rubric_version, r.agent, r.dimension],
+            set_={"scored": r.scored + excluded.scored, "passed": r.passed + excluded.passed,
+                  "unscored": r.unscored + excluded.unscored, "score_sum": r.score_sum + excluded.score_sum},
+        ), rows)
+
+    def _note_late_changes(self, rollup: dict[tuple[int, RollupKey], RollupSums]) -> None:
+        """Remember changes to hours already past (a superseded result, a late record) for the window reader,
+        which reads the current hour itself."""
+        current = bucket_of(datetime.now(UTC).timestamp())
+        late = [(bucket, key, sums) for (bucket, key), sums in rollup.items() if bucket < current]
+        if not late:
+            return
+        if len(self._late_changes) + len(late) > _MAX_LATE_CHANGES:
+            self._late_overflow = True
+            self._late_changes.clear()
+        else:
+            self._late_changes.extend(late)
 
     def results(self, conversation_id: str | None = None, current_only: bool = False) -> list[EvaluationResult]:
         query = select(results_table.c.payload).order_by(results_table.c.id)
@@ -556,32 +657,69 @@ class SqlStore:
 
     # ⑥ aggregates ----------------------------------------------------------------------------------------------
 
-    def window_aggregates(self, windows: Iterable[tuple[str, float]], now: datetime) -> list[WindowAggregate]:
-        r, d = results_table.c, dimensions_table.c
-        out: list[WindowAggregate] = []
+    def _hour_of(self, column: Any) -> Any:
+        """``bucket_of`` in SQL: PostgreSQL rounds a cast to integer, SQLite truncates (and may lack floor)."""
+        if self._engine.dialect.name == "postgresql":
+            return (func.floor(column / BUCKET_SECONDS) * BUCKET_SECONDS).cast(Integer)
+        return (column / BUCKET_SECONDS).cast(Integer) * BUCKET_SECONDS
+
+    def rollup_sums(self, first_bucket: int, last_bucket: int) -> dict[RollupKey, RollupSums]:
+        r = rollups_table.c
+        query: Any = (select(r.rubric, r.rubric_version, r.agent, r.dimension, func.sum(r.scored), func.sum(r.passed),
+                        func.sum(r.unscored), func.sum(r.score_sum))
+                 .where(and_(r.bucket_ts >= first_bucket, r.bucket_ts <= last_bucket))
+                 .group_by(r.rubric, r.rubric_version, r.agent, r.dimension))
+        if first_bucket == last_bucket:
+            # One hour holds one row per series: no grouping to do.
+            query = (select(r.rubric, r.rubric_version, r.agent, r.dimension, r.scored, r.passed, r.unscored,
+                            r.score_sum).where(r.bucket_ts == first_bucket))
         with self._tx() as conn:
-            for name, seconds in windows:
-                since = _ts(now) - seconds
-                counts = conn.execute(
-                    select(r.rubric, r.rubric_version, r.agent, func.count(),
-                           func.sum(case((r.outcome == "pass", 1), else_=0)))
-                    .where(and_(r.current.is_(True), r.outcome != "unscored", r.evaluated_ts >= since))
-                    .group_by(r.rubric, r.rubric_version, r.agent)
-                ).all()
-                means: dict[tuple[str, str, str], dict[str, float]] = defaultdict(dict)
-                for row in conn.execute(
-                    select(d.rubric, d.rubric_version, d.agent, d.dimension, func.avg(d.score))
-                    .where(and_(d.current.is_(True), d.evaluated_ts >= since))
-                    .group_by(d.rubric, d.rubric_version, d.agent, d.dimension)
-                ):
-                    means[(row[0], row[1], row[2])][row[3]] = float(row[4])
-                out.extend(
-                    WindowAggregate(rubric=row[0], agent=row[2], window=name, rubric_version=row[1],
-                                    scored=int(row[3]), passed=int(row[4] or 0),
-                                    dimension_means=means.get((row[0], row[1], row[2]), {}))
-                    for row in counts
-                )
-        return out
+            return {(row[0], row[1], row[2], row[3]): (int(row[4]), int(row[5]), int(row[6]), float(row[7]))
+                    for row in conn.execute(query)}
+
+    def rollups_frozen(self) -> Any:
+        """Hold off recording in this process while the window reader drains changes and reads the rollups."""
+        return self._rollup_lock
+
+    def drain_rollup_changes(self) -> RollupChanges:
+        with self._rollup_lock:
+            changes = RollupChanges(tuple(self._late_changes), self._late_overflow)
+            self._late_changes = []
+            self._late_overflow = False
+        return changes
+
+    def prune_rollups(self, before_bucket: int) -> int:
+        with self._tx() as conn:
+            removed = conn.execute(delete(rollups_table).where(rollups_table.c.bucket_ts < before_bucket)).rowcount
+        return int(removed or 0)
+
+    def rebuild_rollups(self) -> int:
+        """Recompute every rollup from the current results (``rubric-monitor db rebuild-rollups``); returns the
+        rows written. One transaction: readers see the old rollups or the new ones."""
+        r, d = results_table.c, dimensions_table.c
+        hour, dimension_hour = self._hour_of(r.evaluated_ts), self._hour_of(d.evaluated_ts)
+        scored = case((r.outcome != "unscored", 1), else_=0)
+        overall = (select(hour, r.rubric, r.rubric_version, r.agent, literal(""), func.sum(scored),
+                          func.sum(case((r.outcome == "pass", 1), else_=0)),
+                          func.sum(case((r.outcome == "unscored", 1), else_=0)),
+                          func.coalesce(func.sum(case((r.outcome != "unscored", func.coalesce(r.score, 0.0)),
+                                                      else_=0.0)), 0.0))
+                   .where(r.current.is_(True))
+                   .group_by(hour, r.rubric, r.rubric_version, r.agent))
+        dimensions = (select(dimension_hour, d.rubric, d.rubric_version, d.agent, d.dimension, func.count(),
+                             literal(0), literal(0), func.sum(d.score).cast(Float))
+                      .where(d.current.is_(True))
+                      .group_by(dimension_hour, d.rubric, d.rubric_version, d.agent, d.dimension))
+        columns = ["bucket_ts", "rubric", "rubric_version", "agent", "dimension", "scored", "passed", "unscored",
+                   "score_sum"]
+        with self._rollup_lock, self._tx() as conn:
+            conn.execute(delete(rollups_table))
+            conn.execute(insert(rollups_table).from_select(columns, overall))
+            conn.execute(insert(rollups_table).from_select(columns, dimensions))
+            written = conn.execute(select(func.count()).select_from(rollups_table)).scalar_one()
+            self._late_changes = []
+            self._late_overflow = True  # every window must be read again
+        return int(written)
 
     # housekeeping ----------------------------------------------------------------------------------------------
 

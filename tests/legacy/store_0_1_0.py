@@ -1,5 +1,6 @@
 # Verbatim copy of monitor/store/sql.py as released in 0.1.0 (commit 659bb55), the code path that created
-# databases before migrations existed: tests/test_migrations.py fills a database with it, then upgrades it.
+# databases before migrations existed: tests/test_migrations.py fills a database with it, then upgrades it. Only
+# its imports of types that later releases changed are replaced by their 0.1.0 definitions (below the imports).
 # ruff: noqa
 """The store on SQLAlchemy Core: SQLite by default, PostgreSQL in production.
 
@@ -39,9 +40,38 @@ from sqlalchemy.pool import StaticPool
 
 from monitor.assemble import conversation_key
 from monitor.errors import StoreError
-from monitor.metrics import WindowAggregate
 from monitor.models import EvaluationResult, SpanRecord
-from monitor.store.base import LatePolicy, PendingConversation, StoredSpans
+from dataclasses import dataclass
+from typing import Literal
+
+LatePolicy = Literal["ignore", "rescore"]
+
+
+@dataclass(frozen=True)
+class StoredSpans:
+    new: int
+    duplicates: int
+    late_ignored: int = 0
+    reopened: int = 0
+
+
+@dataclass(frozen=True)
+class PendingConversation:
+    key: str
+    revision: int
+    first_span_at: datetime
+    last_span_at: datetime
+
+
+@dataclass(frozen=True)
+class WindowAggregate:
+    rubric: str
+    agent: str
+    window: str
+    rubric_version: str
+    scored: int
+    passed: int
+    dimension_means: dict[str, float]
 
 metadata = MetaData()
 

@@ -1,0 +1,65 @@
+"""What ``/metrics`` serves: the daemon's own metrics rendered per scrape, plus the quality families as rendered at
+the end of the last cycle. A scrape costs the daemon's few hundred series plus a copy of prepared bytes, and
+never reads the store.
+
+The format follows the scraper's ``Accept`` header: OpenMetrics (with exemplars on the quality counters) when it
+asks for ``application/openmetrics-text``, else the Prometheus text format. With ``Accept-Encoding: gzip`` the
+body is gzip: the prepared part was compressed once, and gzip members may follow one another (RFC 1952), which
+Prometheus' reader (Go's multistream default) and every gzip tool accept.
+"""
+
+from __future__ import annotations
+
+import gzip
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.metrics_core import Metric
+
+from monitor.quality import GZIP_LEVEL, QUALITY_FAMILIES, QualityMetrics
+
+_EOF = b"# EOF\n"
+_QUALITY_NAMES = frozenset(spec.base for spec in QUALITY_FAMILIES)
+
+
+@dataclass(frozen=True)
+class Scrape:
+    body: bytes
+    content_type: str
+    content_encoding: str | None
+
+
+class _Live:
+    """The registry without the quality families (they are served pre-rendered)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self._registry = registry
+
+    def collect(self) -> Iterable[Metric]:
+        return (family for family in self._registry.collect() if family.name not in _QUALITY_NAMES)
+
+
+class Exposition:
+    def __init__(self, registry: CollectorRegistry, quality: QualityMetrics) -> None:
+        self._live = _Live(registry)
+        self._quality = quality
+
+    def scrape(self, accept: str = "", accept_encoding: str = "") -> Scrape:
+        encoder, content_type = choose_encoder(accept)
+        live = encoder(self._live)  # anything with collect() is a registry to it
+        prepared = self._quality.rendered
+        openmetrics = content_type.startswith("application/openmetrics-text")
+        gzipped = "gzip" in accept_encoding.lower()
+        if openmetrics:
+            live = live.removesuffix(_EOF)
+            if gzipped:
+                body = gzip.compress(live, GZIP_LEVEL) + prepared.openmetrics_gzip + gzip.compress(_EOF)
+            else:
+                body = live + prepared.openmetrics + _EOF
+        elif gzipped:
+            body = gzip.compress(live, GZIP_LEVEL) + prepared.text_gzip
+        else:
+            body = live + prepared.text
+        return Scrape(body, content_type, "gzip" if gzipped else None)

@@ -1,0 +1,227 @@
+"""⑥ The quality metrics: counters counted as results are recorded, gauges over rolling windows, prepared once.
+
+Counters (``evaluations``, ``score_sum``, ``dimension_scores`` by value, ``dimension_score_sum``) let Prometheus
+compute any window with ``increase()``; they start at zero with the process, and every label set of a (rubric,
+version, agent) is created at zero as soon as it is known (from the rollups at start, or its first result), so
+rates and ratios exist from the first cycle. The windowed gauges come from the store's hourly rollups
+(``monitor.rollups``). ``refresh`` (end of a cycle) builds the metric families and renders them, in both text
+formats, once; scrapes serve that state and never touch the store.
+"""
+
+from __future__ import annotations
+
+import gzip
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import generate_latest
+from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
+from prometheus_client.registry import Collector
+from prometheus_client.samples import Exemplar
+
+from monitor.models import EvaluationResult
+from monitor.rollups import AgentLabels, Window, WindowTotals
+from monitor.store.base import ResultStore
+
+SCORES = ("1", "2", "3", "4", "5")
+"""The values of a dimension score: label values of ``rubric_monitor_dimension_scores_total{score}``."""
+OUTCOMES = ("pass", "fail", "unscored")
+EXEMPLAR_LABEL = "trace_id"
+"""The exemplar's label: the trace id of a recent evaluation (in App Insights, its ``operation_Id``)."""
+GZIP_LEVEL = 1
+"""Fast: the prepared state is compressed once per cycle; most of the gain of gzip is at level 1."""
+
+TRIPLE = ("rubric", "rubric_version", "agent")
+
+
+@dataclass(frozen=True)
+class FamilySpec:
+    """One metric family of the catalog: what ``docs/metrics.md`` lists."""
+
+    name: str
+    """Its name as scraped (counters with their ``_total``)."""
+    type: str
+    labels: tuple[str, ...]
+    help: str
+
+    @property
+    def base(self) -> str:
+        return self.name.removesuffix("_total") if self.type == "counter" else self.name
+
+
+EVALUATIONS = FamilySpec(
+    "rubric_monitor_evaluations_total", "counter", (*TRIPLE, "outcome"),
+    "Evaluations recorded, by exclusive outcome: pass, fail (scored) or unscored (no verdict).")
+SCORE_SUM = FamilySpec(
+    "rubric_monitor_score_sum_total", "counter", TRIPLE,
+    "Sum of the overall score (0 to 1) of scored evaluations; mean score over a window = "
+    'increase(score_sum_total) / increase(evaluations_total{outcome=~"pass|fail"}).')
+DIMENSION_SCORES = FamilySpec(
+    "rubric_monitor_dimension_scores_total", "counter", (*TRIPLE, "dimension", "score"),
+    "Applicable dimension scores of weighted rubrics, counted by value (score 1 to 5).")
+DIMENSION_SCORE_SUM = FamilySpec(
+    "rubric_monitor_dimension_score_sum_total", "counter", (*TRIPLE, "dimension"),
+    "Sum of the applicable dimension scores (1 to 5); mean = increase(dimension_score_sum_total) / "
+    "sum without(score) (increase(dimension_scores_total)).")
+PASS_RATE = FamilySpec(
+    "rubric_monitor_pass_rate", "gauge", (*TRIPLE, "window"),
+    "Share of scored evaluations that passed over a rolling window (unscored ones are left out); a window of n "
+    "hours covers its n last whole hours and the current one.")
+SCORED = FamilySpec(
+    "rubric_monitor_scored_evaluations", "gauge", (*TRIPLE, "window"),
+    "Scored evaluations in the rolling window (the pass rate's sample size).")
+DIMENSION_MEAN = FamilySpec(
+    "rubric_monitor_dimension_mean", "gauge", (*TRIPLE, "dimension", "window"),
+    "Mean score (1 to 5) of a dimension over a rolling window.")
+QUALITY_FAMILIES = (EVALUATIONS, SCORE_SUM, DIMENSION_SCORES, DIMENSION_SCORE_SUM, PASS_RATE, SCORED,
+                    DIMENSION_MEAN)
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """The quality families, rendered at the end of a cycle, in each format and encoding a scrape may ask for."""
+
+    text: bytes = b""
+    openmetrics: bytes = b""
+    """Without its ``# EOF`` line: the exposition appends it after the daemon's own families."""
+    text_gzip: bytes = field(default=b"")
+    openmetrics_gzip: bytes = field(default=b"")
+
+
+class QualityMetrics(Collector):
+    """The quality counters and windowed gauges; a ``Collector`` yielding the state prepared by ``refresh``."""
+
+    def __init__(self, windows: Sequence[Window], max_agents_per_rubric: int) -> None:
+        self.agents = AgentLabels(max_agents_per_rubric)
+        self.windows = WindowTotals(windows)
+        self._lock = threading.Lock()
+        self._evaluations: dict[tuple[str, ...], float] = {}
+        self._score_sum: dict[tuple[str, ...], float] = {}
+        self._dimension_scores: dict[tuple[str, ...], float] = {}
+        self._dimension_sum: dict[tuple[str, ...], float] = {}
+        self._exemplars: dict[tuple[str, tuple[str, ...]], Exemplar] = {}
+        self._seeded = False
+        self._families: list[Metric] = []
+        self.rendered = Rendered()
+
+    # counting ----------------------------------------------------------------------------------------------
+
+    def record(self, result: EvaluationResult) -> None:
+        with self._lock:
+            triple = (result.rubric, result.rubric_version, self.agents.label(result.rubric, result.agent))
+            scores = [(d.id, d.score) for d in result.dimension_scores
+                      if d.applicable and d.score is not None and result.outcome != "unscored"]
+            self._create(triple, [dimension for dimension, _ in scores])
+            trace_id = result.trace_ids[-1] if result.trace_ids else None
+            at = result.evaluated_at.timestamp()
+            self._count(EVALUATIONS, self._evaluations, (*triple, result.outcome), 1.0, trace_id, at)
+            if result.outcome == "unscored" or result.score is None:
+                return
+            self._count(SCORE_SUM, self._score_sum, triple, result.score, trace_id, at)
+            for dimension, score in scores:
+                self._count(DIMENSION_SCORES, self._dimension_scores, (*triple, dimension, str(score)), 1.0,
+                            trace_id, at)
+                self._count(DIMENSION_SCORE_SUM, self._dimension_sum, (*triple, dimension), float(score),
+                            trace_id, at)
+
+    def _create(self, triple: tuple[str, str, str], dimensions: Iterable[str]) -> None:
+        """Every label set of a (rubric, version, agent) and its dimensions, at zero until counted."""
+        for outcome in OUTCOMES:
+            self._evaluations.setdefault((*triple, outcome), 0.0)
+        self._score_sum.setdefault(triple, 0.0)
+        for dimension in dimensions:
+            self._dimension_sum.setdefault((*triple, dimension), 0.0)
+            for score in SCORES:
+                self._dimension_scores.setdefault((*triple, dimension, score), 0.0)
+
+    def _count(self, spec: FamilySpec, values: dict[tuple[str, ...], float], labels: tuple[str, ...],
+               amount: float, trace_id: str | None, at: float) -> None:
+        values[labels] = values.get(labels, 0.0) + amount
+        if trace_id:
+            # OpenMetrics allows 128 characters of exemplar labels; a trace id is 32 hex digits.
+            self._exemplars[(spec.name, labels)] = Exemplar({EXEMPLAR_LABEL: trace_id[:64]}, amount, at)
+
+    # end of cycle ------------------------------------------------------------------------------------------
+
+    def refresh(self, store: ResultStore, now: datetime) -> None:
+        """Bring the windows up to date from the rollups, then prepare and render every quality family."""
+        self.windows.refresh(store, now.timestamp())
+        with self._lock:
+            if not self._seeded:
+                self._seed()
+            self._families = self._build()
+        self._render()
+
+    def prepare(self) -> None:
+        """Prepare and render without reading the store (a daemon whose store is down still serves counters)."""
+        with self._lock:
+            self._families = self._build()
+        self._render()
+
+    def _seed(self) -> None:
+        """At start: the agents of the longest window get their labels (busiest first), and every label set seen
+        in it is created at zero."""
+        longest = self.windows.longest
+        if longest is None:
+            self._seeded = True
+            return
+        rows = list(self.windows.sums(longest))
+        busy: dict[tuple[str, str], float] = {}
+        for (rubric, _, agent, dimension), sums in rows:
+            if dimension == "":
+                busy[(rubric, agent)] = busy.get((rubric, agent), 0) + sums[0] + sums[2]
+        self.agents.seed(busy)
+        dimensions: dict[tuple[str, str, str], list[str]] = {}
+        for (rubric, version, agent, dimension), _ in rows:
+            found = dimensions.setdefault((rubric, version, self.agents.label(rubric, agent)), [])
+            if dimension:
+                found.append(dimension)
+        for triple, names in dimensions.items():
+            self._create(triple, names)
+        self._seeded = True
+
+    def _build(self) -> list[Metric]:
+        families: list[Metric] = []
+        for spec, values in ((EVALUATIONS, self._evaluations), (SCORE_SUM, self._score_sum),
+                             (DIMENSION_SCORES, self._dimension_scores), (DIMENSION_SCORE_SUM, self._dimension_sum)):
+            family = CounterMetricFamily(spec.base, spec.help, labels=spec.labels)
+            for labels, value in sorted(values.items()):
+                family.add_metric(labels, value, exemplar=self._exemplars.get((spec.name, labels)))
+            families.append(family)
+        families.extend(self._window_families())
+        return families
+
+    def _window_families(self) -> list[Metric]:
+        pass_rate, scored, dimension_mean = (GaugeMetricFamily(s.name, s.help, labels=s.labels)
+                                             for s in (PASS_RATE, SCORED, DIMENSION_MEAN))
+        for window in self.windows.windows:
+            # Agents beyond the limit share "other": their sums are added before any ratio is taken.
+            merged: dict[tuple[str, str, str, str], list[float]] = {}
+            for (rubric, version, agent, dimension), sums in self.windows.sums(window):
+                entry = merged.setdefault((rubric, version, self.agents.label(rubric, agent), dimension),
+                                          [0.0, 0.0, 0.0])
+                entry[0] += sums[0]
+                entry[1] += sums[1]
+                entry[2] += sums[3]
+            for (rubric, version, agent, dimension), (count, passed, total) in sorted(merged.items()):
+                if dimension:
+                    if count > 0:
+                        dimension_mean.add_metric((rubric, version, agent, dimension, window.name), total / count)
+                    continue
+                scored.add_metric((rubric, version, agent, window.name), count)
+                if count > 0:
+                    pass_rate.add_metric((rubric, version, agent, window.name), passed / count)
+        return [pass_rate, scored, dimension_mean]
+
+    def _render(self) -> None:
+        text = generate_latest(self)
+        openmetrics: bytes = generate_openmetrics(self)  # type: ignore[no-untyped-call]
+        openmetrics = openmetrics.removesuffix(b"# EOF\n")
+        self.rendered = Rendered(text, openmetrics, gzip.compress(text, GZIP_LEVEL),
+                                 gzip.compress(openmetrics, GZIP_LEVEL))
+
+    def collect(self) -> Iterable[Metric]:
+        return list(self._families)

