@@ -36,6 +36,7 @@ from monitor.sources.base import TraceSource
 from monitor.store.base import RetentionPolicy
 from monitor.store.replicas import SingleReplicaLock, replica_id
 from monitor.store.sql import SqlStore
+from monitor.writeback import WriteBack, build_exporter
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +86,7 @@ class Monitor:
     health: HealthState
     store: SqlStore
     single_replica: SingleReplicaLock | None = None
+    writeback: WriteBack | None = None
 
     def run_cycle(self) -> CycleReport:
         started = utc_now()
@@ -96,6 +98,8 @@ class Monitor:
         problem = self.refresh_metrics()
         if problem:
             report.failures.append(problem)
+        if self.writeback is not None:
+            self.writeback.flush()
         elapsed = ((report.finished_at or utc_now()) - started).total_seconds()
         self.metrics.cycle_duration.observe(elapsed)
         self.metrics.cycles.labels("ok" if report.ok else "failed").inc()
@@ -127,6 +131,8 @@ class Monitor:
         self.pipeline.close()
         self.pipeline.source.close()
         self.store.close()
+        if self.writeback is not None:
+            self.writeback.close()
         if self.single_replica is not None:
             self.single_replica.release()
 
@@ -182,7 +188,10 @@ def build_monitor(settings: Settings, registry: CollectorRegistry | None = None)
     health = HealthState(interval=timedelta(seconds=settings.interval_seconds))
     health.checks["judge"] = lambda: _judge_problem(judge)
     health.checks["rubrics"] = lambda: "; ".join(f"{k}: {v}" for k, v in rubrics.problems.items()) or None
-    monitor = Monitor(settings, registry, metrics, pipeline, health, store, single)
+    exporter = build_exporter(settings.writeback)
+    writeback = None if exporter is None else WriteBack(store, exporter, settings.writeback.kind, metrics.runtime,
+                                                        settings.writeback.batch)
+    monitor = Monitor(settings, registry, metrics, pipeline, health, store, single, writeback)
     # The windows and the counters' label sets from the rollups, before the first scrape.
     monitor.refresh_metrics()
     return monitor

@@ -267,6 +267,25 @@ class RetentionSettings(_Section):
     stall a cycle."""
 
 
+class WritebackSettings(_Section):
+    kind: Literal["off", "otlp", "azure_monitor"] = "off"
+    """Emit each result as an OpenTelemetry ``gen_ai.evaluation.result`` event in the evaluated trace's context:
+    ``otlp`` to any OTLP/HTTP endpoint (``pip install rubric-monitor[otlp]``), ``azure_monitor`` to Application
+    Insights (``pip install rubric-monitor[azure-monitor]``)."""
+    endpoint: str = "http://127.0.0.1:4318/v1/logs"
+    """OTLP/HTTP logs endpoint (``kind: otlp``)."""
+    headers: dict[str, str] = Field(default_factory=dict)
+    """Extra HTTP headers of OTLP requests (``kind: otlp``)."""
+    connection_string: SecretStr | None = None
+    """Application Insights connection string (``kind: azure_monitor``)."""
+    connection_string_file: Path | None = None
+    """File holding the connection string (a mounted secret)."""
+    batch: int = Field(default=200, ge=1, le=5000)
+    """Events per export request; what is still queued goes in the next cycle."""
+    timeout_seconds: float = Field(default=10.0, gt=0)
+    """Timeout of one export request."""
+
+
 class ReplicaSettings(_Section):
     lease_seconds: float = Field(default=120.0, ge=1.0)
     """A replica's claim on the conversations it judges lasts this long, renewed every third of it while judging;
@@ -324,6 +343,7 @@ class Settings(_Section):
     metrics: MetricsSettings = MetricsSettings()
     replicas: ReplicaSettings = ReplicaSettings()
     retention: RetentionSettings = RetentionSettings()
+    writeback: WritebackSettings = WritebackSettings()
 
     @model_validator(mode="after")
     def _check_judge(self) -> Settings:

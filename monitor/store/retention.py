@@ -5,6 +5,7 @@
 | spans | until ``conversation.retention_days`` after their conversation was scored (``SqlStore.prune``) |
 | conversations, trace_conversations | pruned conversations, until ``conversations_days`` after they were scored |
 | judge_failures | while their conversation (at that revision) is pending |
+| writeback_outbox | until written back, or until its result is compacted |
 | adaptive_items | ``adaptive_items_days`` after they were generated |
 | results, result_dimensions | ``results_days``; older ones are folded into the daily aggregates first |
 | compacted_results, compacted_dimensions, quality rollups, judge_usage_daily | ``aggregates_days`` |
@@ -45,6 +46,9 @@ def apply(store: SqlStore, now: datetime, policy: RetentionPolicy) -> dict[str, 
         ts = now.timestamp()
         with store._tx() as conn:
             count("judge_failures", _settled_failures(conn))
+            outbox = sql.outbox_table
+            count("writeback_outbox", conn.execute(delete(outbox).where(
+                ~exists().where(sql.results_table.c.id == outbox.c.result_id))).rowcount or 0)
             count("adaptive_items", conn.execute(delete(sql.items_table).where(
                 sql.items_table.c.created_ts < ts - policy.adaptive_items_days * DAY)).rowcount or 0)
         with store._tx() as conn:

@@ -185,6 +185,16 @@ compacted_dimensions_table = Table(
     Column("count", Integer, nullable=False),
 )
 
+# Write-back (monitor/writeback.py): one row per result still to be emitted as an OpenTelemetry event, inserted in
+# the transaction that records the result (so no result is missed, whatever order replicas commit in) and deleted
+# once the exporter acknowledged it.
+outbox_table = Table(
+    "writeback_outbox", metadata,
+    Column("result_id", Integer, primary_key=True),
+    Column("attempts", Integer, nullable=False),
+    Column("created_ts", Float, nullable=False),
+)
+
 _CHUNK = 500
 _CONFLICT_ATTEMPTS = 3
 _T = TypeVar("_T")
@@ -243,6 +253,8 @@ class SqlStore:
     def __init__(self, url: str, migrate: MigrateMode = "auto") -> None:
         self.url = url
         self.clock: Callable[[], datetime] = utc_now
+        self.outbox_enabled = False
+        """Queue every recorded result for write-back (``writeback.kind`` is not ``off``)."""
         """When a row is stamped (scored, cached, checkpointed): a simulated clock in the retention soak."""
         kwargs: dict[str, Any] = {}
         if url.startswith("sqlite") and (url.endswith(":memory:") or url in ("sqlite://", "sqlite+pysqlite://")):
@@ -544,6 +556,8 @@ class SqlStore:
                 if primary_key is None:
                     raise StoreError("store returned no id for the new result row")
                 result_id = primary_key[0]
+                if self.outbox_enabled:
+                    conn.execute(insert(outbox_table).values(result_id=result_id, attempts=0, created_ts=ts))
                 scores = [(d.id, d.score) for d in result.dimension_scores
                           if d.applicable and d.score is not None and result.outcome != "unscored"]
                 if scores:
@@ -746,6 +760,34 @@ class SqlStore:
                                                         created_ts=self.clock().timestamp()))
         except IntegrityError:
             pass  # generated concurrently by another evaluation: the first one stays
+
+    # write-back outbox -------------------------------------------------------------------------------------------
+
+    def outbox_batch(self, limit: int) -> list[tuple[int, EvaluationResult]]:
+        """The oldest results waiting to be written back, with their row ids."""
+        o, r = outbox_table.c, results_table.c
+        query = (select(o.result_id, r.payload).join(results_table, r.id == o.result_id)
+                 .order_by(o.result_id).limit(limit))
+        with self._tx() as conn:
+            rows = conn.execute(query).all()
+        return [(int(row[0]), EvaluationResult.model_validate_json(row[1])) for row in rows]
+
+    def outbox_done(self, result_ids: Sequence[int]) -> None:
+        with self._tx() as conn:
+            for start in range(0, len(result_ids), _CHUNK):
+                conn.execute(delete(outbox_table).where(
+                    outbox_table.c.result_id.in_(list(result_ids[start:start + _CHUNK]))))
+
+    def outbox_failed(self, result_ids: Sequence[int]) -> None:
+        o = outbox_table.c
+        with self._tx() as conn:
+            for start in range(0, len(result_ids), _CHUNK):
+                conn.execute(update(outbox_table).where(o.result_id.in_(list(result_ids[start:start + _CHUNK])))
+                             .values(attempts=o.attempts + 1))
+
+    def outbox_pending(self) -> int:
+        with self._tx() as conn:
+            return int(conn.execute(select(func.count()).select_from(outbox_table)).scalar_one())
 
     def retain(self, now: datetime, policy: RetentionPolicy) -> dict[str, int]:
         from monitor.store import retention
