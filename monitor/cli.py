@@ -170,6 +170,10 @@ def build_parser() -> argparse.ArgumentParser:
     from monitor.store.commands import add_db_commands
 
     add_db_commands(sub)
+
+    from monitor.backfill import add_backfill_command
+
+    add_backfill_command(sub)
     return parser
 
 

@@ -195,6 +195,23 @@ outbox_table = Table(
     Column("created_ts", Float, nullable=False),
 )
 
+# Backfill jobs (monitor/backfill.py): progress and judge spend of each (rubric, version, window), so a resumed job
+# keeps its budget.
+backfill_jobs_table = Table(
+    "backfill_jobs", metadata,
+    Column("job", Text, primary_key=True),
+    Column("rubric", String(256), nullable=False),
+    Column("rubric_version", Text, nullable=False),
+    Column("since_ts", Float, nullable=False),
+    Column("until_ts", Float, nullable=False),
+    Column("total", Integer, nullable=False),
+    Column("done", Integer, nullable=False),
+    Column("spent_usd", Float, nullable=False),
+    Column("max_cost_usd", Float, nullable=False),  # the dearest evaluation so far: the next may cost as much
+    Column("status", String(16), nullable=False),
+    Column("updated_ts", Float, nullable=False),
+)
+
 _CHUNK = 500
 _CONFLICT_ATTEMPTS = 3
 _T = TypeVar("_T")
@@ -788,6 +805,45 @@ class SqlStore:
     def outbox_pending(self) -> int:
         with self._tx() as conn:
             return int(conn.execute(select(func.count()).select_from(outbox_table)).scalar_one())
+
+    # backfill jobs ----------------------------------------------------------------------------------------------
+
+    def backfill_job(self, job: str, rubric: str, version: str, since: datetime, until: datetime
+                     ) -> tuple[float, float]:
+        """Start or resume a backfill job; returns (spent so far, its dearest evaluation so far)."""
+        b = backfill_jobs_table.c
+        with self._tx() as conn:
+            row = conn.execute(select(b.spent_usd, b.max_cost_usd).where(b.job == job)).first()
+            if row is None:
+                conn.execute(insert(backfill_jobs_table).values(
+                    job=job, rubric=rubric, rubric_version=_text(version), since_ts=_ts(since), until_ts=_ts(until),
+                    total=0, done=0, spent_usd=0.0, max_cost_usd=0.0, status="running",
+                    updated_ts=self.clock().timestamp()))
+                return 0.0, 0.0
+        return float(row[0]), float(row[1])
+
+    def backfill_progress(self, job: str, total: int, done: int, spent_usd: float, max_cost_usd: float,
+                          status: str) -> None:
+        with self._tx() as conn:
+            conn.execute(update(backfill_jobs_table).where(backfill_jobs_table.c.job == job).values(
+                total=total, done=done, spent_usd=spent_usd, max_cost_usd=max_cost_usd, status=status,
+                updated_ts=self.clock().timestamp()))
+
+    def backfill_jobs(self) -> list[dict[str, Any]]:
+        with self._tx() as conn:
+            return [dict(r._mapping) for r in conn.execute(select(backfill_jobs_table)
+                                                           .order_by(backfill_jobs_table.c.updated_ts))]
+
+    def pending_keys(self, keys: Sequence[str]) -> set[str]:
+        """Which of ``keys`` are conversations the daemon has pending (it will score them itself)."""
+        c = conversations_table.c
+        found: set[str] = set()
+        with self._tx() as conn:
+            for start in range(0, len(keys), _CHUNK):
+                chunk = [_text(k) for k in keys[start:start + _CHUNK]]
+                found.update(conn.execute(select(c.key).where(and_(c.key.in_(chunk), c.status == "pending")))
+                             .scalars())
+        return found
 
     def retain(self, now: datetime, policy: RetentionPolicy) -> dict[str, int]:
         from monitor.store import retention
