@@ -42,9 +42,14 @@ LABEL org.opencontainers.image.title="rubric-monitor" \
       org.opencontainers.image.created="${CREATED}" \
       org.opencontainers.image.source="https://github.com/rubric-monitor/rubric-monitor" \
       org.opencontainers.image.documentation="https://github.com/rubric-monitor/rubric-monitor/blob/main/docs/deploy.md"
+# libgomp1: llama.cpp's OpenMP runtime, which the xllamacpp wheel links against (the embedded judge).
 # A numeric user (runAsNonRoot can verify it) whose home is the data volume; group 0 lets platforms that pick
 # an arbitrary uid (OpenShift) still write there.
-RUN groupadd --system --gid 10001 rubric-monitor \
+# hadolint ignore=DL3008
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends libgomp1 \
+ && rm -rf /var/lib/apt/lists/* \
+ && groupadd --system --gid 10001 rubric-monitor \
  && useradd --system --uid 10001 --gid 10001 --groups 0 --home-dir /var/lib/rubric-monitor --no-create-home \
         --shell /usr/sbin/nologin rubric-monitor \
  && mkdir -p /var/lib/rubric-monitor /etc/rubric-monitor \

@@ -5,16 +5,22 @@ Only this module chooses implementations; every stage elsewhere sees protocols.
 
 from __future__ import annotations
 
+import errno
+import functools
 import logging
-import signal
+import os
+import socket
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import timedelta
-from types import FrameType
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar
 
 from prometheus_client import CollectorRegistry
 
-from monitor.errors import ConfigError
+from monitor.canary import CanaryRunner
+from monitor.errors import ConfigError, StoreError
 from monitor.evaluators.adaptive import AdaptiveEvaluator
 from monitor.evaluators.base import EvaluationContext, Evaluator
 from monitor.evaluators.cache import VerdictCache
@@ -28,17 +34,26 @@ from monitor.judge.charging import ChargingJudge
 from monitor.metrics import MonitorMetrics
 from monitor.models import utc_now
 from monitor.pipeline import CycleReport, Pipeline
-from monitor.rollups import parse_window
+from monitor.redaction import redact, remember_url_password
+from monitor.rollups import Window, parse_window
 from monitor.rubrics.registry import RubricRegistry
 from monitor.rubrics.schema import Rubric
-from monitor.settings import JudgeSettings, Settings, SourceSettings, read_secret
+from monitor.settings import JudgeSettings, MetricsSettings, Settings, SourceSettings, read_secret
 from monitor.sources.base import TraceSource
 from monitor.store.base import RetentionPolicy
 from monitor.store.replicas import SingleReplicaLock, replica_id
 from monitor.store.sql import SqlStore
 from monitor.writeback import WriteBack, build_exporter
 
+if TYPE_CHECKING:
+    from monitor.alerts.service import AlertService
+
 log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+SHUTDOWN_MARGIN_SECONDS = 5.0
+"""Beyond ``shutdown_grace_seconds``: time to record what finished and close the store."""
+
 
 def build_source(settings: SourceSettings, metrics: MonitorMetrics) -> TraceSource:
     if settings.kind == "otlp_file":
@@ -72,7 +87,129 @@ def build_evaluators(cache_size: int, item_store: ItemStore | None = None) -> di
 
 def store_url(settings: Settings) -> str:
     url = read_secret(None, settings.store.url_file, "store.url_file")
+    if url:
+        remember_url_password(url)
     return url or settings.store.url
+
+
+def checked_store_url(settings: Settings) -> str:
+    """The store URL, refused (``ConfigError`` on ``store.url``) when it cannot work: not a URL, an unknown
+    database, a driver that is not installed, an in-memory or missing-directory SQLite file. Nothing connects."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+    url = store_url(settings)
+    try:
+        parsed = make_url(url)
+    except (ArgumentError, ValueError):
+        # The URL is not echoed: it may carry a password.
+        raise ConfigError("settings", "store.url", "is not a database URL like sqlite:///path.db or "
+                                                    "postgresql+psycopg://user@host/db") from None
+    try:
+        dialect = parsed.get_dialect()
+        dialect.import_dbapi()
+    except NoSuchModuleError:
+        raise ConfigError("settings", "store.url", f"unknown database or driver {parsed.drivername!r}") from None
+    except ImportError as exc:
+        hint = " (pip install 'rubric-monitor[postgres]')" if parsed.get_backend_name() == "postgresql" else ""
+        raise ConfigError("settings", "store.url", f"the driver of {parsed.drivername!r} is not installed: "
+                                                    f"no module {exc.name or ''!r}{hint}") from None
+    if parsed.get_backend_name() == "sqlite":
+        database = parsed.database or ""
+        if database in ("", ":memory:") or "mode=memory" in url:
+            # One shared connection between the cycle thread and the scrape thread: writes would fail at random.
+            raise ConfigError("settings", "store.url", "an in-memory SQLite database cannot back the daemon; "
+                                                        "use a file")
+        directory = Path(database).parent
+        if not database.startswith("file:") and not directory.is_dir():
+            raise ConfigError("settings", "store.url", f"the directory {directory} of the SQLite file does not exist")
+    return url
+
+
+def check_metrics_host(settings: MetricsSettings) -> None:
+    try:
+        socket.getaddrinfo(settings.host, settings.port, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError) as exc:
+        raise ConfigError("settings", "metrics.host", f"cannot listen on {settings.host!r}: "
+                                                       f"{getattr(exc, 'strerror', None) or exc}") from None
+
+
+def _listen_error(settings: MetricsSettings, exc: OSError) -> ConfigError:
+    if exc.errno == errno.EADDRINUSE:
+        return ConfigError("settings", "metrics.port", f"{settings.host}:{settings.port} is already in use "
+                                                        "(another rubric-monitor?)")
+    if exc.errno == errno.EACCES:
+        return ConfigError("settings", "metrics.port", f"port {settings.port} needs privileges; use one above 1023")
+    return ConfigError("settings", "metrics.host", f"cannot listen on {settings.host}:{settings.port}: "
+                                                    f"{exc.strerror or exc}")
+
+
+@dataclass
+class Stages:
+    """The stages built from settings, before the pipeline joins them."""
+
+    metrics: MonitorMetrics
+    rubrics: RubricRegistry
+    url: str
+    source: TraceSource | None
+    judge: Judge | None
+
+    def close(self) -> None:
+        if self.source is not None:
+            self.source.close()
+        if self.judge is not None:
+            import asyncio
+
+            asyncio.run(self.judge.aclose())
+
+
+def build_stages(settings: Settings, registry: CollectorRegistry, *, load_model: bool = True) -> Stages:
+    """Build every stage as ``run`` does and refuse with every problem found, not the first. ``check`` passes
+    ``load_model=False``: the embedded model's file is checked, not loaded."""
+    errors: list[ConfigError] = []
+
+    def attempt(build: Callable[[], T]) -> T | None:
+        try:
+            return build()
+        except ConfigError as exc:
+            errors.append(exc)
+            return None
+
+    windows: list[Window] = []
+    for window in settings.metrics.windows:
+        parsed = attempt(functools.partial(parse_window, window))
+        if parsed is not None:
+            windows.append(parsed)
+    metrics = MonitorMetrics(registry, windows, settings.metrics.max_agents_per_rubric)
+    rubrics = RubricRegistry(settings.rubrics.directory, metrics)
+    attempt(rubrics.load)
+    url = attempt(lambda: checked_store_url(settings)) or ""
+    attempt(lambda: check_metrics_host(settings.metrics))
+    source = attempt(lambda: build_source(settings.source, metrics))
+    if settings.judge.kind == "local" and not load_model:
+        from monitor.judge.local import local_model_path
+
+        attempt(lambda: local_model_path(settings.judge.local))
+        judge = None
+    else:
+        judge = attempt(lambda: build_judge(settings.judge, metrics))
+    stages = Stages(metrics, rubrics, url, source, judge)
+    if errors:
+        stages.close()
+        raise ConfigError.collect(errors)
+    return stages
+EMBEDDED_JUDGE_WARNING = (
+    "judge.kind local (the embedded SmolLM2-135M) scores production traces from Application Insights: its "
+    "scores are not meaningful; point judge.kind at a capable model"
+)
+
+
+def embedded_judge_warning(settings: Settings) -> str | None:
+    """The embedded judge on production traces is almost certainly a mistake: warned about, not refused (it
+    is how the pipeline is tried out end to end)."""
+    if settings.judge.kind == "local" and settings.source.kind == "app_insights":
+        return EMBEDDED_JUDGE_WARNING
+    return None
 
 
 @dataclass
@@ -85,16 +222,24 @@ class Monitor:
     pipeline: Pipeline
     health: HealthState
     store: SqlStore
+    alerts: AlertService | None = None
+    canaries: CanaryRunner | None = None
     single_replica: SingleReplicaLock | None = None
     writeback: WriteBack | None = None
 
-    def run_cycle(self) -> CycleReport:
+    def run_cycle(self, now: datetime | None = None) -> CycleReport:
         started = utc_now()
         try:
-            report = self.pipeline.run_cycle(started)
+            report = self.pipeline.run_cycle(now or started)
         except Exception as exc:
             log.exception("cycle failed")
             report = CycleReport(started_at=started, finished_at=utc_now(), failures=[f"cycle: {exc!r}"])
+        if self.canaries is not None and not self.pipeline.stop.is_set():
+            try:
+                self.canaries.run_due(utc_now())
+            except Exception:
+                # A canary run measures the judge; its failure must not fail the cycle that scored the agents.
+                log.exception("canary run failed")
         problem = self.refresh_metrics()
         if problem:
             report.failures.append(problem)
@@ -113,7 +258,26 @@ class Monitor:
             report.spans_read, report.spans_new, report.conversations_ready, dict(report.evaluations),
             dict(report.skipped), report.judge_calls, elapsed, "" if report.ok else f", failures: {report.failures}",
         )
+        self._run_alerts()
         return report
+
+    def _run_alerts(self) -> None:
+        """Regression alerts after scoring, isolated: their failure is logged and counted, never a failed cycle."""
+        if self.alerts is None:
+            return
+        try:
+            self.alerts.run_cycle(utc_now())
+        except Exception:
+            log.exception("regression alerts failed this cycle (scoring is not affected)")
+            self.metrics.stage_failures.labels("alerts").inc()
+
+    def run_cycles(self) -> None:
+        """One cycle, and at once another while the last one stopped before the backlog ran out (spans read
+        per cycle, evaluations per cycle): a backlog drains at the judge's pace, not one cap per interval."""
+        while True:
+            report = self.run_cycle()
+            if not report.behind or not report.ok or self.pipeline.stop.is_set():
+                return
 
     def refresh_metrics(self) -> str | None:
         """End of a cycle: the windowed gauges from the rollups, then every quality family rendered once for the
@@ -128,6 +292,8 @@ class Monitor:
         return None
 
     def close(self) -> None:
+        if self.alerts is not None:
+            self.alerts.close(drain_seconds=2.0)  # within the SIGTERM budget of shutdown_grace_seconds
         self.pipeline.close()
         self.pipeline.source.close()
         self.store.close()
@@ -140,35 +306,41 @@ class Monitor:
 def build_monitor(settings: Settings, registry: CollectorRegistry | None = None) -> Monitor:
     """Build every stage from settings. Raises ``ConfigError`` (exit 2) on a bad setting or rubric file."""
     registry = registry or CollectorRegistry()
-    windows = [parse_window(w) for w in settings.metrics.windows]
-    metrics = MonitorMetrics(registry, windows, settings.metrics.max_agents_per_rubric)
-    rubrics = RubricRegistry(settings.rubrics.directory, metrics)
-    rubrics.load()
-    url = store_url(settings)
-    if url.startswith("sqlite") and (":memory:" in url or url.rstrip("/") in ("sqlite:", "sqlite+pysqlite:")):
-        # One shared connection between the cycle thread and the scrape thread: writes would fail at random.
-        raise ConfigError("settings", "store.url", "an in-memory SQLite database cannot back the daemon; use a file")
+    stages = build_stages(settings, registry)
+    metrics, rubrics, source, judge = stages.metrics, stages.rubrics, stages.source, stages.judge
+    assert source is not None and judge is not None  # build_stages raises when a stage cannot be built
     replica = settings.replicas.replica_id or replica_id()
-    single = SingleReplicaLock(url, replica)
     try:
-        store = SqlStore(url, settings.store.migrate)
-    except BaseException:
-        single.release()
+        single = SingleReplicaLock(stages.url, replica)
+    except ConfigError:
+        stages.close()
         raise
-    source = build_source(settings.source, metrics)
-    judge = build_judge(settings.judge, metrics)
+    try:
+        store = SqlStore(stages.url, settings.store.migrate)
+    except StoreError as exc:
+        single.release()
+        stages.close()
+        raise ConfigError("settings", "store.url", redact(str(exc))) from None
+    except ConfigError:  # a schema behind this release (store.migrate: check)
+        single.release()
+        stages.close()
+        raise
     metrics.judge_configured(settings.judge.kind, settings.judge.model)
+    embedded_warning = embedded_judge_warning(settings)
+    if embedded_warning:
+        log.warning("%s", embedded_warning)
     delay = settings.source.ingestion_delay_seconds if settings.source.kind == "app_insights" else 0.0
     judge_settings = settings.judge
     if judge_settings.kind == "local":
         from monitor.judge.local import local_judge_settings
 
         judge_settings = local_judge_settings(judge_settings)
+    evaluators = build_evaluators(settings.judge.cache_size, store)
     pipeline = Pipeline(
         source=source,
         store=store,
         rubrics=rubrics if settings.rubrics.reload else _Frozen(rubrics),
-        evaluators=build_evaluators(settings.judge.cache_size, store),
+        evaluators=evaluators,
         context=EvaluationContext(
             judge=ChargingJudge(judge, lambda rubric, tokens, usd: store.add_usage(rubric, utc_now().date(), tokens,
                                                                                     usd)),
@@ -184,17 +356,56 @@ def build_monitor(settings: Settings, registry: CollectorRegistry | None = None)
         lease_seconds=settings.replicas.lease_seconds,
         claim_batch=settings.replicas.claim_batch,
         retention=RetentionPolicy(**settings.retention.model_dump()),
+        max_spans_per_cycle=settings.max_spans_per_cycle,
+        shutdown_grace_seconds=settings.shutdown_grace_seconds,
     )
     health = HealthState(interval=timedelta(seconds=settings.interval_seconds))
     health.checks["judge"] = lambda: _judge_problem(judge)
+    health.checks["content"] = pipeline.content_problem
+    health.checks["judge calls"] = pipeline.judge_problem
     health.checks["rubrics"] = lambda: "; ".join(f"{k}: {v}" for k, v in rubrics.problems.items()) or None
+    alerts = build_alerts(settings, store, registry, judge, source.name) if settings.alerts.enabled else None
+    health.warning_checks["judge"] = lambda: embedded_warning
+    canaries = CanaryRunner(
+        rubrics.active, rubrics.sources, evaluators, pipeline.context, store, metrics.judge_trust,
+        settings.canary,
+        # The pipeline's own budget rule, so canaries and evaluations share one daily budget.
+        lambda rubric: pipeline._budget_spent(rubric, utc_now()),
+        pipeline.loop,
+        pipeline.stop,
+    )
+    health.warning_checks["judge_drift"] = canaries.warning
     exporter = build_exporter(settings.writeback)
     writeback = None if exporter is None else WriteBack(store, exporter, settings.writeback.kind, metrics.runtime,
                                                         settings.writeback.batch)
-    monitor = Monitor(settings, registry, metrics, pipeline, health, store, single, writeback)
+    monitor = Monitor(settings, registry, metrics, pipeline, health, store, alerts=alerts, canaries=canaries,
+                      single_replica=single, writeback=writeback)
     # The windows and the counters' label sets from the rollups, before the first scrape.
     monitor.refresh_metrics()
     return monitor
+
+
+def build_alerts(settings: Settings, store: SqlStore, registry: CollectorRegistry, judge: Judge | None = None,
+                 source: str | None = None) -> AlertService:
+    """The regression alerts of the daemon (and of ``rubric-monitor regressions``, which passes no judge)."""
+    from monitor.alerts.service import AlertService, check_settings
+
+    alert_settings = settings.alerts
+    notifiers = check_settings(alert_settings, settings.interval_seconds)
+
+    def reasons() -> set[str]:
+        found = set()
+        lag = None if source is None else registry.get_sample_value("rubric_monitor_source_lag_seconds",
+                                                                    {"source": source})
+        if lag is not None and lag > alert_settings.max_source_lag_seconds:
+            found.add("source_behind")
+        if judge is not None and _judge_problem(judge):
+            found.add("judge_unavailable")
+        return found
+
+    host = "localhost" if settings.metrics.host in ("0.0.0.0", "::") else settings.metrics.host
+    return AlertService(alert_settings, store, registry, notifiers, reasons,
+                        generator_url=f"http://{host}:{settings.metrics.port}/metrics")
 
 
 class _Frozen:
@@ -227,42 +438,61 @@ def readiness_problem(monitor: Monitor) -> str | None:
 
 
 def run_daemon(settings: Settings, once: bool = False) -> int:
-    """Run until SIGTERM/SIGINT (exit 0), or one cycle with ``once`` (exit 1 if the cycle failed)."""
+    """Run until SIGTERM/SIGINT (exit 0), or one cycle with ``once`` (exit 1 if the cycle failed).
+
+    A signal at any point exits 0: during start-up before the first cycle; later the cycle in flight starts no
+    new evaluation, and judge calls still in flight after ``shutdown_grace_seconds`` are abandoned (their
+    evaluations stay pending)."""
+    from monitor import shutdown
+
+    shutdown.install()
     monitor = build_monitor(settings)
-    server = MonitorHTTPServer(settings.metrics.host, settings.metrics.port,
-                               Exposition(monitor.registry, monitor.metrics.quality), monitor.health,
-                               lambda: readiness_problem(monitor))
+    monitor.pipeline.stop = shutdown.STOP
+    if shutdown.STOP.is_set():
+        log.info("stop requested during start-up: exiting before the first cycle")
+        monitor.close()
+        return 0
+    try:
+        server = MonitorHTTPServer(settings.metrics.host, settings.metrics.port,
+                                   Exposition(monitor.registry, monitor.metrics.quality), monitor.health,
+                                   lambda: readiness_problem(monitor))
+    except OSError as exc:
+        monitor.close()
+        raise _listen_error(settings.metrics, exc) from None
     server.start()
     host, port = server.address
     log.info("metrics on http://%s:%d/metrics", host, port)
     try:
         if once:
             return 0 if monitor.run_cycle().ok else 1
-        return _serve(monitor, settings.interval_seconds)
+        return _serve(monitor, settings.interval_seconds, settings.shutdown_grace_seconds)
     finally:
         server.close()
         monitor.close()
 
 
-def _serve(monitor: Monitor, interval: float) -> int:
+def _serve(monitor: Monitor, interval: float, grace: float) -> int:
     from apscheduler.schedulers.background import BackgroundScheduler
 
-    stopping = threading.Event()
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        log.info("signal %d: finishing the evaluations in flight, then exiting", signum)
-        monitor.pipeline.stop.set()
-        stopping.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    stopping = monitor.pipeline.stop
     scheduler = BackgroundScheduler(timezone="UTC")
     scheduler.add_job(
-        monitor.run_cycle, "interval", seconds=interval, id="cycle", next_run_time=utc_now(),
+        monitor.run_cycles, "interval", seconds=interval, id="cycle", next_run_time=utc_now(),
         max_instances=1, coalesce=True, misfire_grace_time=max(1, int(interval)),
     )
     scheduler.start()
     while not stopping.wait(1.0):
         pass
-    scheduler.shutdown(wait=True)  # waits for the cycle in flight, which stops taking new evaluations
+    log.info("stop requested: finishing the evaluations in flight (at most %gs), then exiting", grace)
+    # The cycle in flight starts no new evaluation and abandons its judge calls after the grace period; a
+    # source query cannot be cancelled that way, so past the grace period (and a margin to record what
+    # finished) the process exits without it.
+    finisher = threading.Thread(target=scheduler.shutdown, kwargs={"wait": True}, name="shutdown", daemon=True)
+    finisher.start()
+    finisher.join(grace + SHUTDOWN_MARGIN_SECONDS)
+    if finisher.is_alive():
+        log.warning("the cycle in flight did not end within %gs of the stop request; exiting without it (its "
+                    "work is read or judged again on the next start)", grace + SHUTDOWN_MARGIN_SECONDS)
+        logging.shutdown()
+        os._exit(0)
     return 0

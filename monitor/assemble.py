@@ -346,8 +346,17 @@ class _ConversationBuilder:
         return (
             first("gen_ai.agent.name", "azure.ai.agentserver.agent_name"),
             first("gen_ai.agent.id", "azure.ai.agentserver.agent_id"),
-            first("gen_ai.agent.version"),
+            first("gen_ai.agent.version") or self.service_version(),
         )
+
+    def service_version(self) -> str | None:
+        """The resource's ``service.version``: agents that do not set ``gen_ai.agent.version`` are versioned by
+        their deployment (a release regression is found against the previous one)."""
+        for span in self.ordered:
+            value = span.resource.get("service.version")
+            if value not in (None, ""):
+                return str(value)
+        return None
 
     def token_usage(self) -> tuple[int, int]:
         """Tokens of the model calls. Agent spans often repeat their children's total, so they count only when

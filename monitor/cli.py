@@ -1,4 +1,4 @@
-"""``rubric-monitor`` command line: run, evaluate, check, rubrics, config-doc.
+"""``rubric-monitor`` command line: run, evaluate, check, rubrics, calibrate, config-doc.
 
 Exit codes: 0 success; 1 a cycle failed (``run --once``); 2 invalid settings, rubric or input (the message names
 the file and the field).
@@ -26,7 +26,10 @@ log = logging.getLogger("monitor")
 
 
 def _configure_logging(level: str) -> None:
+    from monitor.redaction import install_log_redaction
+
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    install_log_redaction()  # no configured secret reaches the logs, whichever module logs it
 
 
 def _config_arg(parser: argparse.ArgumentParser) -> None:
@@ -65,9 +68,17 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     judge = build_judge(settings.judge, MonitorMetrics(CollectorRegistry()))
     context = EvaluationContext(judge=judge, settings=settings.judge, store_content=settings.store.store_content)
 
+    skipped: list[str] = []
+
     async def evaluate_all() -> None:
         try:
             for conversation in conversations:
+                if not conversation.has_content:
+                    # Nothing to judge: a verdict on an empty transcript would be made up.
+                    skipped.append(conversation.id)
+                    print(f"rubric-monitor: conversation {conversation.id!r} of {args.input} skipped: no_content "
+                          "(no message carries text)", file=sys.stderr)
+                    continue
                 for result in await evaluator.evaluate(conversation, rubric, context):
                     output = result.foundry_output()
                     if result.turn_index is not None:
@@ -81,27 +92,35 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     except JudgeError as exc:
         print(f"rubric-monitor: the judge failed: {exc}", file=sys.stderr)
         return 1
+    if skipped:
+        print(f"rubric-monitor: {len(skipped)} conversation(s) skipped: no_content", file=sys.stderr)
     return 0
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    from monitor.rollups import parse_window
-    from monitor.rubrics.registry import RubricRegistry
+    from monitor.alerts.service import check_settings
+    from monitor.app import build_stages, embedded_judge_warning
 
     settings = load_settings(args.config)
-    for window in settings.metrics.windows:
-        parse_window(window)
-    registry = RubricRegistry(settings.rubrics.directory)
-    registry.load()
-    for rubric in registry.active():
-        print(f"rubric {rubric.name} version {rubric.version} ({rubric.kind}) for agents {', '.join(rubric.agents)}")
-    if args.explain:
-        if settings.source.kind != "app_insights":
-            print(f"source otlp_file reads {settings.source.path} (no query to explain)")
-        else:
-            from monitor.sources.kql import explain
+    check_settings(settings.alerts, settings.interval_seconds)
+    # Every stage is built as ``run`` builds it (no scheduler, no judge call, no model loaded), so ``check``
+    # refuses what ``run`` refuses, naming every problem at once.
+    stages = build_stages(settings, CollectorRegistry(), load_model=False)
+    try:
+        for rubric in stages.rubrics.active():
+            print(f"rubric {rubric.name} version {rubric.version} ({rubric.kind}) for agents "
+                  f"{', '.join(rubric.agents)}")
+        if warning := embedded_judge_warning(settings):
+            print(f"warning: {warning}")
+        if args.explain:
+            if settings.source.kind != "app_insights":
+                print(f"source otlp_file reads {settings.source.path} (no query to explain)")
+            else:
+                from monitor.sources.kql import explain
 
-            print(explain(settings.source, utc_now()))
+                print(explain(settings.source, utc_now()))
+    finally:
+        stages.close()
     print("settings and rubrics are valid")
     return 0
 
@@ -113,14 +132,17 @@ def _describe_fields(model: type[BaseModel], prefix: str) -> Iterator[tuple[str,
         nested = [a for a in getattr(annotation, "__args__", (annotation,)) if isinstance(a, type)
                   and issubclass(a, BaseModel)]
         if nested and getattr(annotation, "__origin__", None) is not dict:
+            if getattr(annotation, "__origin__", None) is tuple:
+                # A list of sections (notifiers, silences): each item has these fields.
+                key = f"{key}[]"
             for sub in nested:
                 label = f"{key}." if len(nested) == 1 else f"{key}.({sub.model_fields['kind'].default}) "
                 yield from _describe_fields(sub, label if len(nested) == 1 else f"{key}.")
             continue
         default = info.get_default(call_default_factory=True)
-        shown = "" if default is None else json.dumps(default.get_secret_value() if hasattr(
-            default, "get_secret_value") else default, default=str)
-        env = ENV_PREFIX + key.replace(".", "__").upper()
+        shown = "(required)" if info.is_required() else "" if default is None else json.dumps(
+            default.get_secret_value() if hasattr(default, "get_secret_value") else default, default=str)
+        env = "(in the file)" if "[]" in key else ENV_PREFIX + key.replace(".", "__").upper()
         yield key, shown, env, (info.description or "").replace("\n", " ")
 
 
@@ -166,11 +188,15 @@ def build_parser() -> argparse.ArgumentParser:
     from monitor.rubrics.commands import add_rubrics_commands
 
     add_rubrics_commands(sub)
+    from monitor.calibration import add_calibrate_command
 
-    from monitor.store.commands import add_db_commands
+    add_calibrate_command(sub)
+    from monitor.store.cli import add_db_commands
 
     add_db_commands(sub)
+    from monitor.alerts.cli import add_alert_commands
 
+    add_alert_commands(sub, _config_arg)
     from monitor.backfill import add_backfill_command
 
     add_backfill_command(sub)
@@ -179,11 +205,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.handler is not _cmd_run:
+        from monitor import shutdown
+
+        shutdown.release()  # only the daemon treats SIGTERM as a stop request
     try:
         result: Any = args.handler(args)
         return int(result)
     except ConfigError as exc:
-        print(f"rubric-monitor: error: {exc}", file=sys.stderr)
+        from monitor.redaction import redact
+
+        for problem in exc.all:
+            print(redact(f"rubric-monitor: error: {problem}"), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

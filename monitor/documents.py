@@ -21,6 +21,8 @@ from typing import Any
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
+from monitor.genai import replace_lone_surrogates_in
+
 MAX_DOCUMENT_BYTES = 1 << 20
 """1 MiB: far above any real settings or rubric file."""
 MAX_DEPTH = 64
@@ -57,13 +59,17 @@ def load_yaml(text: str) -> Any:
     """``yaml.safe_load`` with the bounds above; errors never quote the offending line (it may hold a secret)."""
     if len(text) > MAX_DOCUMENT_BYTES:
         raise DocumentError(f"larger than {MAX_DOCUMENT_BYTES} bytes")
-    loader = _BoundedLoader(text)
+    try:
+        loader = _BoundedLoader(text)  # checks the characters first
+    except yaml.reader.ReaderError as exc:
+        line = text[: exc.position].count("\n") + 1
+        raise DocumentError(f"not valid YAML: character #x{exc.character:x} is not allowed", line) from None
     try:
         node = loader.get_single_node()
         if node is None:
             return None
         _check_graph(node)
-        return loader.construct_document(node)
+        return replace_lone_surrogates_in(loader.construct_document(node))
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         # Only the problem, never the snippet: YAML quotes the line, and a key on that line would be printed.
@@ -90,7 +96,8 @@ def load_json(text: str) -> Any:
     except ValueError as exc:  # a duplicate key (from the hook) or an integer past Python's digit limit
         raise DocumentError(str(exc)) from None
     check_depth(value)
-    return value
+    # JSON may spell lone surrogates ("\ud800"); they would fail every later UTF-8 encoding (hashing, storing).
+    return replace_lone_surrogates_in(value)
 
 
 def check_depth(value: Any, max_depth: int = MAX_DEPTH) -> None:

@@ -74,6 +74,10 @@ class JudgeError(MonitorError):
     """A judge call failed after its retries. ``outcome`` is the metric label it is counted under."""
 
     outcome = "error"
+    calls: int = 0
+    """Judge calls the evaluation made, this one included (set by the evaluator), for its audit trail."""
+    prompt: list[dict[str, str]] | None = None
+    """The prompt of the failed call (set by the evaluator), for its audit trail."""
 
 
 class JudgeAuthError(JudgeError):

@@ -18,7 +18,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.metrics_core import Metric
 
-from monitor.quality import GZIP_LEVEL, QUALITY_FAMILIES, QualityMetrics
+from monitor.quality import GZIP_LEVEL, QUALITY_FAMILIES, SCRAPE_IN_PROGRESS, QualityMetrics
 
 _EOF = b"# EOF\n"
 _QUALITY_NAMES = frozenset(spec.base for spec in QUALITY_FAMILIES)
@@ -38,7 +38,12 @@ class _Live:
         self._registry = registry
 
     def collect(self) -> Iterable[Metric]:
-        return (family for family in self._registry.collect() if family.name not in _QUALITY_NAMES)
+        SCRAPE_IN_PROGRESS.active = True
+        try:
+            families = list(self._registry.collect())
+        finally:
+            SCRAPE_IN_PROGRESS.active = False
+        return (family for family in families if family.name not in _QUALITY_NAMES)
 
 
 class Exposition:

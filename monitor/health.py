@@ -4,7 +4,8 @@
   which is a stuck scheduler: restart it.
 - ``/healthz``: 200 ``ok``, or 503 ``degraded`` naming why (last cycle failed, no cycle finished for
   ``STALE_INTERVALS`` intervals plus a minute, judge refusing our credential, source refusing our credential).
-  Degraded is not dead: the daemon keeps retrying every cycle.
+  Degraded is not dead: the daemon keeps retrying every cycle. ``warnings`` lists what does not fail the probe
+  but makes the numbers suspect (embedded judge in production, judge drift).
 - ``/readyz``: 200 when the store answers and the source's last read succeeded; 503 naming which is unreachable.
 """
 
@@ -21,6 +22,7 @@ from typing import Any
 
 from monitor.exposition import Exposition
 from monitor.models import utc_now
+from monitor.redaction import redact
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +42,9 @@ class HealthState:
     ``STALE_GRACE``."""
     checks: dict[str, Callable[[], str | None]] = field(default_factory=dict)
     """Named checks returning a problem, or None when fine (judge credential, store)."""
+    warning_checks: dict[str, Callable[[], str | None]] = field(default_factory=dict)
+    """Named checks returning a warning: shown on ``/healthz`` without failing it (an embedded judge in
+    production, a drifting judge)."""
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def cycle_finished(self, failures: list[str]) -> None:
@@ -61,7 +66,11 @@ class HealthState:
             problem = check()
             if problem:
                 found.append(f"{name}: {problem}")
-        return found
+        # An endpoint's error body may echo our key back; what we serve never carries a configured secret.
+        return [redact(p) for p in found]
+
+    def warnings(self) -> list[str]:
+        return [f"{name}: {warning}" for name, check in self.warning_checks.items() if (warning := check())]
 
     def alive(self, now: datetime | None = None) -> bool:
         now = now or utc_now()
@@ -104,9 +113,11 @@ class MonitorHTTPServer:
                 elif path == "/healthz":
                     problems = outer_health.problems()
                     self._json(503 if problems else 200,
-                               {"status": "degraded" if problems else "ok", "problems": problems})
+                               {"status": "degraded" if problems else "ok", "problems": problems,
+                                "warnings": outer_health.warnings()})
                 elif path == "/readyz":
                     problem = outer_ready()
+                    problem = None if problem is None else redact(problem)
                     self._json(503 if problem else 200, {"status": "not_ready" if problem else "ok",
                                                          "problem": problem})
                 else:

@@ -6,6 +6,8 @@ rejected, logged with the file and line number, and counted; the other lines are
 
 from __future__ import annotations
 
+import itertools
+import json
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -46,28 +48,47 @@ def _reject(rejected: list[str], where: str, reason: str) -> None:
     rejected.append(f"{where}: {reason}")
 
 
+FORMAT_SAMPLE_LINES = 200
+"""Lines read to tell OTLP JSON lines from OpenAI-chat JSONL."""
+
+
+def _is_otlp(head: list[tuple[int, str]]) -> bool:
+    """Whether more of the first lines look like OTLP documents (``resourceSpans``) than like chat records
+    (``messages``): one odd line (``{}``, a header) does not decide the format of the whole file."""
+    votes = {"otlp": 0, "chat": 0}
+    for _, line in head:
+        try:
+            record = json.loads(line)
+        except (ValueError, RecursionError):
+            continue
+        if isinstance(record, dict):
+            votes["otlp"] += "resourceSpans" in record
+            votes["chat"] += "messages" in record
+    return votes["otlp"] > votes["chat"]
+
+
 def read_input_file(path: Path) -> InputFile:
-    """OTLP JSON lines or OpenAI-chat JSONL, told apart by the first readable line."""
+    """OTLP JSON lines or OpenAI-chat JSONL, told apart by the first readable lines (``_is_otlp``)."""
     from monitor.chat_format import ChatLineError, parse_chat_line
 
     result = InputFile()
     lines = numbered_lines(path, result.rejected)
-    first = next(lines, None)
-    if first is None:
+    head = list(itertools.islice(lines, FORMAT_SAMPLE_LINES))
+    if not head:
         return result
-    if '"resourceSpans"' in first[1]:
+    if _is_otlp(head):
         from monitor.assemble import assemble
         from monitor.otlp import parse_otlp_line
 
         spans = []
-        for number, line in (first, *lines):
+        for number, line in itertools.chain(head, lines):
             parsed, rejected = parse_otlp_line(line)
             for reason, count in rejected.items():
                 _reject(result.rejected, f"{path}:{number}", f"{count} span(s): {reason}")
             spans.extend(parsed)
         result.conversations = assemble(spans).conversations
     else:
-        for number, line in (first, *lines):
+        for number, line in itertools.chain(head, lines):
             try:
                 result.conversations.append(parse_chat_line(line, f"{path}:{number}"))
             except ChatLineError as exc:

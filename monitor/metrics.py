@@ -85,7 +85,8 @@ class MonitorMetrics:
         # ②③ funnel
         self.conversations = Counter(
             "rubric_monitor_conversations",
-            "Conversation funnel: assembled, unreadable, sampled, skipped, already_scored, evaluated.",
+            "Conversation funnel: assembled, unreadable, no_content, future_dated, sampled, skipped, already_scored, "
+            "evaluated.",
             ["stage"],
             registry=registry,
         )
@@ -207,6 +208,8 @@ class MonitorMetrics:
         self.runtime = RuntimeMetrics(registry)
         for result in ("ok", "failed"):
             self.cycles.labels(result)
+        self.backlog = BacklogMetrics(registry)  # helper numbers' block (issue 8, item 11)
+        self.judge_trust = JudgeTrustMetrics(registry)  # helper judge's block: drift canaries (monitor.canary)
 
     def judge_configured(self, kind: str, model: str) -> None:
         """Publish ``judge_info`` and pre-create the judge's counters at zero, so ratios work from the start."""
@@ -225,6 +228,25 @@ class MonitorMetrics:
         """Pre-create a rubric's skip counters at zero (``rate()`` and ratios work from the first cycle)."""
         for reason in SKIP_REASONS:
             self.skipped.labels(rubric, reason)
+
+
+class JudgeTrustMetrics:
+    """Drift canaries (``monitor.canary``): how the judge agrees with a rubric's agreed verdicts, last run."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.canary_agreement = Gauge(
+            "rubric_monitor_canary_agreement",
+            "Share of a rubric's canary conversations whose pass/fail matches the agreed verdict (last run).",
+            ["rubric", "judge_model"], registry=registry)
+        self.canary_score_shift = Gauge(
+            "rubric_monitor_canary_score_shift",
+            "Mean judge score minus agreed score on a rubric's canary set (last run); negative: harsher.",
+            ["rubric", "judge_model"], registry=registry)
+        self.judge_drift = Gauge(
+            "rubric_monitor_judge_drift",
+            "1 while the last canary run of a rubric found the judge drifting from the agreed verdicts "
+            "(JudgeDrift).",
+            ["rubric"], registry=registry)
 
 
 def catalog(metrics: MonitorMetrics) -> list[FamilySpec]:
@@ -256,3 +278,26 @@ def metrics_table(metrics: MonitorMetrics) -> str:
     return "\n".join(rows)
 
 
+class BacklogMetrics:
+    """Whether the daemon keeps up (set at the end of each cycle): conversations ready and waiting for the judge,
+    the age of the oldest, and conversations dated in the future (which wait until their time comes)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.conversations = Gauge(
+            "rubric_monitor_backlog_conversations",
+            "Conversations ready to be scored and not scored yet (idle long enough, or old enough).",
+            ["source"],
+            registry=registry,
+        )
+        self.oldest_age = Gauge(
+            "rubric_monitor_backlog_oldest_age_seconds",
+            "Age (since its first span) of the oldest conversation waiting to be scored; 0 when none waits.",
+            ["source"],
+            registry=registry,
+        )
+        self.future = Gauge(
+            "rubric_monitor_backlog_future_conversations",
+            "Unscored conversations with spans dated in the future: they wait until then (check the clocks).",
+            ["source"],
+            registry=registry,
+        )

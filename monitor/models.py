@@ -140,6 +140,12 @@ class Conversation(_Frozen):
         """The metric label: ``gen_ai.agent.name``, else the agent id, else ``unknown``."""
         return self.agent_name or self.agent_id or "unknown"
 
+    @property
+    def has_content(self) -> bool:
+        """Whether any message carries text. With message content capture off (the default of the OTel GenAI
+        and Azure instrumentations) traces hold only a conversation's shape: nothing a judge could score."""
+        return any(m.text.strip() for m in self.messages)
+
 
 class DimensionScore(_Frozen):
     id: str
@@ -161,6 +167,10 @@ class EvaluationResult(_Frozen):
     turn_index: int | None = None
     """``None`` for a whole-conversation verdict; the index of the assistant message for turn-level ones."""
     judge_model: str
+    prompt_version: str | None = None
+    """This project's prompt/template version (``PROMPT_VERSION``): results are compared only within one."""
+    agent_version: str | None = None
+    """``gen_ai.agent.version`` (else the resource's ``service.version``) of the conversation, when known."""
     outcome: Outcome
     score: float | None = None
     threshold: float | None = None

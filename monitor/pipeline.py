@@ -12,17 +12,18 @@ import asyncio
 import contextlib
 import logging
 import threading
-from collections import Counter
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections import Counter, deque
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Protocol
 
 from monitor.assemble import assemble
 from monitor.errors import JudgeError, JudgeUnavailable, SourceError, StoreError
 from monitor.evaluators.base import EvaluationContext, Evaluator, JudgeUsage, unscored_result
+from monitor.evaluators.views import expected_turns
 from monitor.metrics import MonitorMetrics
-from monitor.models import Conversation, EvaluationResult, utc_now
+from monitor.models import Conversation, EvaluationResult, SpanRecord, utc_now
 from monitor.rubrics.schema import Rubric
 from monitor.sampling import is_sampled
 from monitor.settings import ConversationSettings, JudgeSettings, SamplingSettings
@@ -34,6 +35,14 @@ log = logging.getLogger(__name__)
 
 MAX_JUDGE_ATTEMPTS = 3
 """Cycles in which the judge failed (server errors, timeouts) before an evaluation is recorded as unscored."""
+STOP_POLL_SECONDS = 0.1
+READY_PAGE = 500
+"""Ready conversations fetched from the store at a time while planning a cycle."""
+FUTURE_TOLERANCE = timedelta(minutes=1)
+"""Spans dated later than now plus this are future-dated (clock skew beyond the usual)."""
+CONTENT_SAMPLE = 200
+CONTENT_SAMPLE_MIN = 10
+"""``/healthz`` looks at the last ``CONTENT_SAMPLE`` conversations (once it has seen this many) for content."""
 
 
 class RubricProvider(Protocol):
@@ -57,6 +66,11 @@ class CycleReport:
     """One line per failed stage; empty for a clean cycle."""
     stopped_early: bool = False
     judge_calls: int = 0
+    read_through: datetime | None = None
+    """The ``read_through`` of the last batch stored that carried one."""
+    behind: bool = False
+    """The cycle stopped before the backlog ran out (spans read per cycle, or evaluations per cycle): the
+    daemon starts the next cycle at once instead of waiting for the interval."""
 
     @property
     def ok(self) -> bool:
@@ -68,6 +82,8 @@ class _Task:
     pending: PendingConversation
     conversation: Conversation
     rubric: Rubric
+    done_turns: frozenset[int] = frozenset()
+    """Turns recorded before a crash cut this evaluation short."""
 
 
 @dataclass
@@ -84,8 +100,16 @@ class Pipeline:
     completeness_delay: timedelta = timedelta(0)
     """Spans younger than this may not have reached the source yet (App Insights ingestion delay)."""
     stop: threading.Event = field(default_factory=threading.Event)
-    """Set on SIGTERM: evaluations in flight finish and are recorded; no new one starts."""
+    """Set on SIGTERM: no new evaluation starts; those in flight finish and are recorded, or are abandoned after
+    ``shutdown_grace_seconds``."""
     loop: asyncio.AbstractEventLoop = field(default_factory=asyncio.new_event_loop)
+    max_spans_per_cycle: int | None = None
+    """A cycle stops reading the source after this many spans (whole batches) and judges what is ready."""
+    shutdown_grace_seconds: float = 20.0
+    """After ``stop`` is set, judge calls in flight get this long; then they are abandoned, their evaluations
+    left pending (neither recorded nor lost)."""
+    _content_seen: deque[bool] = field(default_factory=lambda: deque(maxlen=CONTENT_SAMPLE))
+    _judge_failing: str | None = None
     replica: str = field(default_factory=replica_id)
     """This replica's name on the conversations it claims."""
     lease_seconds: float = 120.0
@@ -104,34 +128,28 @@ class Pipeline:
         budget = self.sampling_settings.max_per_cycle
         try:
             while True:
-                claimed, planned = self._judge_batch(report, now, budget)
-                budget -= planned
-                if not claimed or budget <= 0 or self.stop.is_set():
+                # Claim and judge a batch at a time: replicas sharing a backlog each take a batch.
+                report.behind = False
+                claimed = [0]
+                try:
+                    tasks, waiting, deferred = self._plan(self._ready(now, report, claimed), report, now,
+                                                          max(0, min(budget, self.claim_batch)))
+                except StoreError as exc:
+                    self._note_failure(report, "store", exc)
+                    break
+                if tasks:
+                    self.loop.run_until_complete(self._judge_all(tasks, waiting, deferred, report, now))
+                budget -= len(tasks)
+                if not claimed[0] or budget <= 0 or self.stop.is_set():
                     break
         finally:
             # What this cycle claimed but did not finish (judge down, cycle cap, SIGTERM) is free for any replica
             # at once, rather than after the lease.
             self._release_claims(report)
         self._prune(report, now)
+        self._export_backlog(now)
         report.finished_at = utc_now()
         return report
-
-    def _judge_batch(self, report: CycleReport, now: datetime, budget: int) -> tuple[int, int]:
-        """Claim up to a batch of ready conversations, judge them; returns (claimed, evaluations planned)."""
-        try:
-            claimed, ready = self._ready(now, max(1, min(self.claim_batch, budget)))
-        except StoreError as exc:
-            self._note_failure(report, "store", exc)
-            return 0, 0
-        report.conversations_ready += len(ready)
-        try:
-            tasks, waiting, deferred = self._plan(ready, report, now, budget)
-        except StoreError as exc:
-            self._note_failure(report, "store", exc)
-            return 0, 0
-        if tasks:
-            self.loop.run_until_complete(self._judge_all(tasks, waiting, deferred, report, now))
-        return claimed, len(tasks)
 
     # ① pull ------------------------------------------------------------------------------------------------------
 
@@ -158,70 +176,142 @@ class Pipeline:
             stored = self.store.add_spans(name, batch.spans, batch.checkpoint, self.conversation_settings.late_turns)
             report.spans_read += len(batch.spans)
             report.spans_new += stored.new
+            if batch.read_through is not None:
+                report.read_through = batch.read_through
             self.metrics.spans.labels(name).inc(len(batch.spans))
             self.metrics.source_rows.labels(name).inc(batch.rows)
             for reason, count in batch.rejected.items():
                 self.metrics.spans_rejected.labels(name, reason).inc(count)
             if stored.late_ignored:
                 log.info("late spans of %d already scored conversation(s) ignored", stored.late_ignored)
+            self._note_future(batch.spans, now)
             if self.stop.is_set():
+                report.stopped_early = True
                 break
+            if (self.max_spans_per_cycle is not None and report.spans_read >= self.max_spans_per_cycle
+                    and batch.checkpoint != checkpoint):
+                # Judging starts on what is read so far (readiness stops at the source's read position);
+                # the next cycle, started at once, reads on. Never before the position moved: a re-read
+                # overlap alone must not use up the bound, or reading would make no progress.
+                report.behind = True
+                break
+
+    def _note_future(self, spans: Sequence[SpanRecord], now: datetime) -> None:
+        """Spans dated ahead of our clock (a skewed clock at the agent, or a bad timestamp) wait until that time
+        comes before their conversation can become ready: say so rather than wait in silence."""
+        ahead = now + FUTURE_TOLERANCE
+        future = {span.conversation_id or span.trace_id: span.start_time for span in spans if span.start_time > ahead}
+        if not future:
+            return
+        self.metrics.conversations.labels("future_dated").inc(len(future))
+        key, moment = max(future.items(), key=lambda item: item[1])
+        log.warning("%d conversation(s) have spans dated in the future (up to %r at %s, %s ahead of now); they "
+                    "wait until then to be scored: check the clock of the instrumented service",
+                    len(future), key, moment.isoformat(), moment - now)
 
     # ②③ assemble and sample ----------------------------------------------------------------------------------
 
-    def _ready(self, now: datetime, limit: int) -> tuple[int, list[tuple[PendingConversation, Conversation]]]:
-        """Claim up to ``limit`` ready conversations no other replica holds; returns (claimed, assembled)."""
-        horizon = now - self.completeness_delay
-        pending = self.store.claim_ready(
-            self.replica, self.lease_seconds,
-            idle_before=horizon - timedelta(seconds=self.conversation_settings.idle_timeout_seconds),
-            started_before=horizon - timedelta(seconds=self.conversation_settings.max_age_seconds),
-            # Each ready conversation needs at least one evaluation or is marked scored at once, so a backlog
-            # drains at this pace without assembling all of it every cycle.
-            limit=limit,
-        )
-        ready: list[tuple[PendingConversation, Conversation]] = []
-        for item in pending:
-            try:
-                spans = self.store.spans_of(item.key)
-                assembly = assemble(spans)
-            except StoreError:
-                raise
-            except Exception:
-                # Deterministic: the same spans fail the same way next cycle, so the conversation is set aside
-                # (logged, counted) rather than blocking every cycle after it.
-                log.exception("conversation %r cannot be assembled; it is skipped", item.key)
-                self.metrics.conversations.labels("unreadable").inc()
-                self.store.mark_scored(item.key, item.revision)
-                continue
-            for reason, count in assembly.rejected.items():
-                self.metrics.spans_rejected.labels(self.source.name, reason).inc(count)
-            conversation = _one_conversation(item.key, assembly.conversations)
-            self.metrics.conversations.labels("assembled").inc()
-            if conversation.truncated:
-                self.metrics.conversations_truncated.labels(self.source.name).inc()
-            ready.append((item, conversation))
-        return len(pending), ready
+    def _ready(self, now: datetime, report: CycleReport,
+               claimed: list[int]) -> Iterator[tuple[PendingConversation, Conversation]]:
+        """Ready conversations, oldest first, claimed for this replica (``claim_batch`` at a time: never one that
+        another replica holds, nor one already taken this cycle) and assembled as planning asks for them;
+        ``claimed[0]`` counts the claims.
+
+        Ready means idle (or old) enough by the earlier of the ingestion horizon and what the source has read
+        in full: a conversation whose later spans sit behind a failed or unfinished read is not ready yet.
+        """
+        read_through = max((t for t in (self.source.read_through(), report.read_through) if t is not None),
+                           default=None)
+        if read_through is None:
+            return  # no read of the source has completed yet: any conversation may still be missing spans
+        horizon = min(now - self.completeness_delay, read_through)
+        idle_before = horizon - timedelta(seconds=self.conversation_settings.idle_timeout_seconds)
+        started_before = horizon - timedelta(seconds=self.conversation_settings.max_age_seconds)
+        seen: set[str] = set()
+        while True:
+            page = self.store.claim_ready(self.replica, self.lease_seconds, idle_before=idle_before,
+                                          started_before=started_before, limit=self.claim_batch)
+            claimed[0] += len(page)
+            for item in page:
+                if item.key in seen:
+                    continue
+                seen.add(item.key)
+                report.conversations_ready += 1
+                conversation = self._assemble(item)
+                if conversation is not None:
+                    yield item, conversation
+            if len(page) < self.claim_batch:
+                return
+
+    def _assemble(self, item: PendingConversation) -> Conversation | None:
+        spans = self.store.spans_of(item.key)
+        try:
+            assembly = assemble(spans)
+        except Exception:
+            # Deterministic: the same spans fail the same way next cycle, so the conversation is set aside
+            # (logged, counted) rather than blocking every cycle after it.
+            log.exception("conversation %r cannot be assembled; it is skipped", item.key)
+            self.metrics.conversations.labels("unreadable").inc()
+            self.store.mark_scored(item.key, item.revision)
+            return None
+        for reason, count in assembly.rejected.items():
+            self.metrics.spans_rejected.labels(self.source.name, reason).inc(count)
+        conversation = _one_conversation(item.key, assembly.conversations)
+        self.metrics.conversations.labels("assembled").inc()
+        if conversation.truncated:
+            self.metrics.conversations_truncated.labels(self.source.name).inc()
+        return conversation
 
     def _plan(
-        self, ready: Sequence[tuple[PendingConversation, Conversation]], report: CycleReport, now: datetime,
+        self, ready: Iterable[tuple[PendingConversation, Conversation]], report: CycleReport, now: datetime,
         cap: int
     ) -> tuple[list[_Task], Counter[str], set[str]]:
         """Sampling, budgets and the per-cycle cap decide which evaluations run now. ``waiting`` counts, per
         conversation key, the evaluations it still needs this cycle; a conversation is marked scored when it
-        reaches 0, unless it is in ``deferred`` (the cap left some of its evaluations for a later cycle)."""
+        reaches 0, unless it is in ``deferred`` (the cap left some of its evaluations for a later cycle).
+
+        Only evaluations count against ``max_per_cycle``: a conversation no rubric samples (or with nothing to
+        judge) is marked scored at once and costs no judge capacity, so planning reads on until the cap is
+        filled or no ready conversation is left."""
         tasks: list[_Task] = []
         waiting: Counter[str] = Counter()
         deferred_keys: set[str] = set()
+        # Conversations with nothing to judge are marked scored a page at a time: one transaction, not one each.
+        done: list[tuple[str, int]] = []
+        try:
+            self._plan_into(ready, report, now, cap, tasks, waiting, deferred_keys, done)
+        finally:
+            if done:
+                self.store.mark_scored_many(done)
+        return tasks, waiting, deferred_keys
+
+    def _plan_into(self, ready: Iterable[tuple[PendingConversation, Conversation]], report: CycleReport,
+                   now: datetime, cap: int, tasks: list[_Task], waiting: Counter[str], deferred_keys: set[str],
+                   done: list[tuple[str, int]]) -> None:
         for pending, conversation in ready:
+            if len(done) >= READY_PAGE:
+                self.store.mark_scored_many(done)
+                done.clear()
             rubrics = self.rubrics.for_agent(conversation.agent_name, conversation.agent_id)
+            self._content_seen.append(conversation.has_content)
+            if rubrics and not conversation.has_content:
+                # Content capture is off at the source: a verdict on an empty transcript would be made up.
+                for rubric in rubrics:
+                    self._skip(report, rubric.name, "no_content")
+                self.metrics.conversations.labels("no_content").inc()
+                done.append((pending.key, pending.revision))
+                continue
             sampled = deferred = already = 0
             for rubric in rubrics:
                 rate = rubric.sampling_rate if rubric.sampling_rate is not None else self.sampling_settings.default_rate
                 if not is_sampled(conversation.id, rate):
                     self._skip(report, rubric.name, "sampled_out")
                     continue
-                if self.store.has_result(conversation.id, rubric.name, rubric.version or "", pending.revision):
+                recorded = self.store.recorded_turns(conversation.id, rubric.name, rubric.version or "",
+                                                     pending.revision)
+                expected = expected_turns(conversation, rubric)
+                # -1 alone is a verdict on the whole evaluation (a turn-level one the judge gave up on).
+                if recorded and (expected is None or -1 in recorded or recorded >= expected):
                     already += 1
                     continue
                 if self._budget_spent(rubric, now):
@@ -232,7 +322,7 @@ class Pipeline:
                     deferred += 1
                     self._skip(report, rubric.name, "cycle_cap")
                     continue
-                tasks.append(_Task(pending, conversation, rubric))
+                tasks.append(_Task(pending, conversation, rubric, frozenset(recorded)))
                 waiting[pending.key] += 1
             if sampled:
                 self.metrics.conversations.labels("sampled").inc()
@@ -243,8 +333,48 @@ class Pipeline:
             if deferred:
                 deferred_keys.add(pending.key)
             elif not waiting[pending.key]:
-                self.store.mark_scored(pending.key, pending.revision)
-        return tasks, waiting, deferred_keys
+                done.append((pending.key, pending.revision))
+            if len(tasks) >= cap and sampled:
+                # The cycle's judge capacity is taken: the rest of the backlog waits for the next cycle, which
+                # the daemon starts at once.
+                report.behind = True
+                return
+
+    def judge_problem(self) -> str | None:
+        """For ``/healthz``: the judge's last call failed (5xx, timeouts past its retries) and none has succeeded
+        since, even when the failed evaluations were recorded unscored and a cycle had nothing left to judge."""
+        if self._judge_failing is None:
+            return None
+        return f"unreachable since its last call failed ({self._judge_failing}); evaluations wait"
+
+    def content_problem(self) -> str | None:
+        """For ``/healthz``: most recent conversations of the source carry no message content."""
+        seen = list(self._content_seen)
+        empty = seen.count(False)
+        if len(seen) < CONTENT_SAMPLE_MIN or empty * 2 <= len(seen):
+            return None
+        return (f"{empty} of the last {len(seen)} conversations read from source {self.source.name} carry no "
+                "message content, so they are not judged (skipped: no_content). Turn content capture on in "
+                "the instrumented agents: OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true for the "
+                "OpenTelemetry GenAI instrumentations, AZURE_TRACING_GEN_AI_CONTENT_RECORDING_ENABLED=true for "
+                "the Azure AI / Foundry SDKs")
+
+    def _export_backlog(self, now: datetime) -> None:
+        horizon = now - self.completeness_delay
+        try:
+            backlog = self.store.backlog(
+                idle_before=horizon - timedelta(seconds=self.conversation_settings.idle_timeout_seconds),
+                started_before=horizon - timedelta(seconds=self.conversation_settings.max_age_seconds),
+                future_after=now + FUTURE_TOLERANCE,
+            )
+        except StoreError as exc:
+            log.warning("backlog gauges not updated: %s", exc)
+            return
+        name = self.source.name
+        self.metrics.backlog.conversations.labels(name).set(backlog.ready)
+        oldest = 0.0 if backlog.oldest is None else max(0.0, (now - backlog.oldest).total_seconds())
+        self.metrics.backlog.oldest_age.labels(name).set(oldest)
+        self.metrics.backlog.future.labels(name).set(backlog.future)
 
     def _budget_spent(self, rubric: Rubric, now: datetime) -> bool:
         if rubric.daily_budget_tokens is None and rubric.daily_budget_usd is None:
@@ -295,11 +425,15 @@ class Pipeline:
                 except StoreError as exc:
                     self._note_failure(report, "store", exc)
 
-        # Every task runs to its end (none is left on the loop for the next cycle to resume with stale state).
+        # Every task runs to its end (none is left on the loop for the next cycle to resume with stale state),
+        # unless a stop outlasts the grace period: then the calls in flight are cancelled.
+        running = [asyncio.ensure_future(run(t)) for t in tasks]
+        watcher = asyncio.ensure_future(self._abandon_after_grace(running, report))
         keeper = asyncio.ensure_future(self._keep_claims(in_flight, report))
         try:
-            outcomes = await asyncio.gather(*(run(t) for t in tasks), return_exceptions=True)
+            outcomes = await asyncio.gather(*running, return_exceptions=True)
         finally:
+            watcher.cancel()
             keeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await keeper
@@ -318,6 +452,21 @@ class Pipeline:
                 except StoreError as exc:
                     self._note_failure(report, "store", exc)
 
+    async def _abandon_after_grace(self, running: Sequence[asyncio.Future[None]], report: CycleReport) -> None:
+        """Once ``stop`` is set, wait ``shutdown_grace_seconds`` for the calls in flight, then cancel them. A
+        cancelled evaluation records nothing and its conversation is not marked scored: it stays pending and
+        the next start judges it (a turn-level one from the turns it had left)."""
+        while not self.stop.is_set():
+            await asyncio.sleep(STOP_POLL_SECONDS)
+        _, pending = await asyncio.wait(running, timeout=self.shutdown_grace_seconds)
+        if pending:
+            log.warning("stopping: %d evaluation(s) still unfinished after %gs (shutdown_grace_seconds) are "
+                        "abandoned with their judge calls; they stay pending", len(pending),
+                        self.shutdown_grace_seconds)
+            report.stopped_early = True
+            for future in pending:
+                future.cancel()
+
     async def _judge_one(self, task: _Task, report: CycleReport, now: datetime) -> bool:
         """Evaluate and record one (conversation, rubric); False when it must be tried again next cycle."""
         rubric, conversation = task.rubric, task.conversation
@@ -330,8 +479,12 @@ class Pipeline:
             self._skip(report, rubric.name, "budget_exhausted")
             return True
         try:
-            results = await evaluator.evaluate(conversation, rubric, self.context)
+            context = replace(self.context, done_turns=task.done_turns) if task.done_turns else self.context
+            results = await evaluator.evaluate(conversation, rubric, context)
+            if any(result.judge_calls for result in results):
+                self._judge_failing = None  # the judge answered
         except JudgeUnavailable as exc:
+            self._judge_failing = f"{type(exc).__name__}: {exc}"
             # 5xx or timeouts past the transport's retries: possibly this conversation's fault (too long for the
             # endpoint), so after MAX_JUDGE_ATTEMPTS cycles it is recorded unscored rather than retried forever.
             given_up = self._give_up_after_attempts(task, report, "judge_unavailable", "judge", exc,
@@ -362,14 +515,27 @@ class Pipeline:
         self, task: _Task, report: CycleReport, reason: str, stage: str, exc: Exception, problem: str
     ) -> list[EvaluationResult] | None:
         """None while the evaluation may be tried again next cycle; after ``MAX_JUDGE_ATTEMPTS`` cycles, the
-        unscored result that records why it never got a verdict."""
-        attempts = self.store.record_failure(task.pending.key, task.rubric.name, task.pending.revision)
+        unscored result that records why it never got a verdict: the prompt last sent, every attempt's error,
+        and the judge calls made over all attempts."""
+        calls = exc.calls if isinstance(exc, JudgeError) else 0
+        key, rubric = task.pending.key, task.rubric
+        attempts = self.store.record_failure(key, rubric.name, task.pending.revision, problem, calls)
         if attempts < MAX_JUDGE_ATTEMPTS:
-            self._skip(report, task.rubric.name, reason)
+            self._skip(report, rubric.name, reason)
             self._note_failure(report, stage, exc)
             return None
-        return [unscored_result(task.conversation, task.rubric, self.context, None, JudgeUsage(), problem,
-                                f"Unscored: {problem}")]
+        if isinstance(exc, JudgeUnavailable):
+            # Recorded, but the judge is still unreachable: the cycle stays failed, so /healthz and
+            # rubric_monitor_health stay degraded for as long as every call fails.
+            self._note_failure(report, stage, exc)
+        trail = self.store.failed_attempts(key, rubric.name, task.pending.revision)
+        usage = JudgeUsage(calls=sum(a.calls for a in trail))
+        if isinstance(exc, JudgeError) and exc.prompt is not None:
+            usage.prompts.append(exc.prompt)
+        result = unscored_result(task.conversation, rubric, self.context, None, usage, problem,
+                                 f"Unscored: {problem}")
+        errors = [{"at": a.at.isoformat(), "error": a.error, "judge_calls": a.calls} for a in trail]
+        return [result.model_copy(update={"details": {**result.details, "attempts": errors}})]
 
     def _record(self, result: EvaluationResult, report: CycleReport, now: datetime) -> None:
         report.judge_calls += result.judge_calls

@@ -13,8 +13,9 @@ import threading
 from urllib.parse import unquote, urlsplit
 
 REDACTED = "[REDACTED]"
-MIN_SECRET_CHARS = 4
-"""Shorter values are not redacted: replacing every "ab" in the logs would hide more than it protects."""
+MIN_SECRET_CHARS = 8
+"""Shorter values are not redacted: replacing every "test" in the logs would hide more than it protects, and no
+real key or password worth hiding is that short."""
 
 _lock = threading.Lock()
 _secrets: frozenset[str] = frozenset()

@@ -108,14 +108,16 @@ class WindowTotals:
                 _add(closed, key, sums, -1)
 
     def sums(self, window: Window) -> Iterator[tuple[RollupKey, RollupSums]]:
-        """Closed hours plus the current one, per key."""
+        """Closed hours plus the current one, per key with results (a superseded result leaves rows of zeros)."""
         closed = self._closed.get(window.name, {})
         for key, entry in closed.items():
             extra = self._current.get(key, (0, 0, 0, 0.0))
-            yield key, (int(entry[0] + extra[0]), int(entry[1] + extra[1]), int(entry[2] + extra[2]),
-                        entry[3] + extra[3])
+            sums = (round(entry[0] + extra[0]), round(entry[1] + extra[1]), round(entry[2] + extra[2]),
+                    entry[3] + extra[3])
+            if sums[0] > 0 or sums[2] > 0:
+                yield key, sums
         for key, sums in self._current.items():
-            if key not in closed:
+            if key not in closed and (sums[0] > 0 or sums[2] > 0):
                 yield key, sums
 
 

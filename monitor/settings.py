@@ -1,9 +1,10 @@
 """Every setting of the daemon, in one place.
 
 Sources, lowest priority first: the defaults below, one YAML file (``--config FILE`` or ``RUBRIC_MONITOR_CONFIG``),
-files in ``RUBRIC_MONITOR_SECRETS_DIR`` (Kubernetes secret mounts), then environment variables
-``RUBRIC_MONITOR_<SECTION>__<FIELD>`` (for example ``RUBRIC_MONITOR_JUDGE__MODEL=gpt-4.1``). Unknown keys are errors.
-Each field's docstring is its documentation; the README's configuration table is generated from them
+files in ``RUBRIC_MONITOR_SECRETS_DIR`` (Kubernetes secret mounts, named like the variables), then environment
+variables ``RUBRIC_MONITOR_<SECTION>__<FIELD>`` (for example ``RUBRIC_MONITOR_JUDGE__MODEL=gpt-4.1``). Unknown
+keys, misspelled nested variables and secret files that match no setting are errors (``monitor.settings_load``
+reads them). Each field's docstring is its documentation; the configuration table is generated from them
 (``rubric-monitor config-doc``).
 """
 
@@ -14,7 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 from monitor.errors import ConfigError
 from monitor.redaction import remember_secret, remember_url_password
@@ -326,12 +327,135 @@ class RubricSettings(_Section):
             raise ValueError("must name a directory (an empty value would read the working directory)")
         return value
 
+# regression alerts -------------------------------------------------------------------------------------------
+
+
+class NotifierSettings(_Section):
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")
+    """Name of the notifier (``rubric-monitor notify test NAME``, the ``notifier`` label of
+    ``rubric_monitor_notifications_total``)."""
+    kind: Literal["alertmanager", "slack", "teams", "webhook"]
+    """``alertmanager``: Alertmanager API v2 (``url`` is its base URL); ``slack``: a Slack incoming webhook;
+    ``teams``: a Microsoft Teams Workflows webhook (Adaptive Card); ``webhook``: generic JSON, signed with
+    HMAC-SHA256 when ``secret`` is set."""
+    url: SecretStr | None = None
+    """Where to send. A secret: it is never logged (webhook URLs carry their credential)."""
+    url_file: Path | None = None
+    """File holding the URL (a mounted secret)."""
+    secret: SecretStr | None = None
+    """``webhook``: HMAC-SHA256 key; the signature is sent in ``X-Rubric-Monitor-Signature``."""
+    secret_file: Path | None = None
+    """File holding the HMAC key."""
+    events: tuple[Literal["firing", "resolved", "annotation", "test"], ...] = (
+        "firing", "resolved", "annotation", "test")
+    """Which events this notifier receives (Alertmanager never receives annotations: it has no such concept)."""
+    timeout_seconds: float = Field(default=10.0, gt=0)
+    """Timeout of one delivery attempt."""
+    max_attempts: int = Field(default=6, ge=1, le=50)
+    """Attempts per notification (receiver down, 5xx, 429, timeouts) before it is counted as failed."""
+    backoff_seconds: float = Field(default=1.0, ge=0)
+    """Wait before the first retry; doubled per retry (jittered), a 429's Retry-After honoured."""
+    backoff_max_seconds: float = Field(default=60.0, ge=0)
+    """Longest wait between two attempts."""
+
+    @field_validator("url", "secret")
+    @classmethod
+    def _remember(cls, value: SecretStr | None) -> SecretStr | None:
+        # Redacted from every log line, like the judge's key (a webhook URL is its own credential).
+        if value is not None:
+            remember_secret(value.get_secret_value())
+        return value
+
+    @model_validator(mode="after")
+    def _check_url(self) -> NotifierSettings:
+        if self.url is None and self.url_file is None:
+            raise ValueError(f"notifier {self.name!r} needs url or url_file")
+        return self
+
+
+class SilenceSettings(_Section):
+    matchers: dict[str, str]
+    """Label → regular expression (full match), all must match: labels are ``alertname``, ``rubric``, ``agent``,
+    ``kind``, ``dimension``, ``baseline``. A silenced alert still changes state and metrics; it is not notified."""
+    until: AwareDatetime | None = None
+    """End of the silence (ISO 8601 with a timezone); none: until removed from the settings."""
+    comment: str = ""
+    """Why (shown in logs)."""
+
+
+class AlertSettings(_Section):
+    enabled: bool = True
+    """Detect regressions at the end of every cycle (metrics, lifecycle, notifications)."""
+    windows: tuple[str, ...] = ("1h", "24h")
+    """Current windows, each compared with its baseline (s, m, h, d units): a short one for sudden drops, a long
+    one for slow or low-traffic ones."""
+    baseline_period: str = "7d"
+    """Trailing baseline: this long before the current window, same judge model, prompt and rubric version."""
+    min_samples: int = Field(default=30, ge=1)
+    """Scored evaluations (or dimension scores) needed in the window and in the baseline; fewer is no verdict."""
+    min_effect_pass_rate: float = Field(default=0.05, ge=0, le=1)
+    """Smallest pass-rate drop (0.05 = 5 points) that may alert, however significant."""
+    min_effect_dimension: float = Field(default=0.25, ge=0, le=4)
+    """Smallest drop of a dimension's mean score (1-5 scale) that may alert."""
+    fdr_q: float = Field(default=0.05, gt=0, lt=1)
+    """False discovery rate across every series tested in a cycle (Benjamini-Hochberg)."""
+    for_duration: str = "10m"
+    """A regression must persist this long before it fires (pending meanwhile), and a recovery this long before it
+    resolves; like Prometheus' ``for:``."""
+    renotify_interval: str = "4h"
+    """A firing alert is notified again this often (Alertmanager receives it with an ``endsAt`` beyond that)."""
+    max_unscored_share: float = Field(default=0.2, ge=0, le=1)
+    """Above this share of unscored evaluations in a window, the series cannot be judged (no alert fires or
+    resolves from it)."""
+    max_judge_error_share: float = Field(default=0.1, ge=0, le=1)
+    """Above this share of evaluations the judge could not score (judge errors), the series cannot be judged."""
+    max_source_lag_seconds: float = Field(default=1800.0, gt=0)
+    """When the source is further behind than this, nothing can be judged."""
+    examples: int = Field(default=5, ge=0, le=20)
+    """Failing conversations named in an alert."""
+    example_link_template: str | None = None
+    """Link to open an example conversation; placeholders ``{trace_id}``, ``{operation_id}``, ``{conversation_id}``.
+    Grafana Explore: ``https://grafana.example/explore?left=...{trace_id}...``; Azure portal transaction search:
+    ``https://portal.azure.com/#blade/AppInsightsExtension/DetailsV2Blade/DataModel/{{"eventId":"{operation_id}"}}``
+    (braces of the URL itself doubled)."""
+    external_url: str | None = None
+    """``generatorURL`` of alerts (where the daemon is reachable, e.g. its Grafana dashboard); default the daemon's
+    metrics endpoint."""
+    silences: tuple[SilenceSettings, ...] = ()
+    """Silences by label matchers."""
+    notifiers: tuple[NotifierSettings, ...] = ()
+    """Where alerts and annotations are sent."""
+
+    @model_validator(mode="after")
+    def _check_names(self) -> AlertSettings:
+        names = [n.name for n in self.notifiers]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"notifier names must be unique: {', '.join(duplicates)}")
+        return self
+
+
+
+class CanarySettings(_Section):
+    interval_seconds: float = Field(default=86400.0, ge=60.0, le=MAX_SECONDS)
+    """Rubrics that name a canary set re-score it this often (default daily), within the rubric's daily budget."""
+    min_agreement: float = Field(default=0.8, ge=0.0, le=1.0)
+    """Judge drift when the pass/fail agreement with the canaries' agreed verdicts falls below this."""
+    max_score_shift: float = Field(default=0.15, gt=0.0, le=1.0)
+    """...or when the judge's mean score moves further than this from the agreed scores (either way)."""
+
 
 class Settings(_Section):
     """Every setting; ``load_settings`` fills it from the file, the secrets directory and the environment."""
 
     interval_seconds: float = Field(default=60.0, gt=0, le=MAX_SECONDS)
     """One cycle (pull, assemble, sample, judge, store) this often; never two at once, missed runs coalesced."""
+    max_spans_per_cycle: int = Field(default=50_000, ge=1, le=100_000_000)
+    """A cycle stops reading its source after this many spans (whole batches) and judges what is ready; a cycle
+    that stopped short, or that filled ``sampling.max_per_cycle``, is followed at once by the next one."""
+    shutdown_grace_seconds: float = Field(default=20.0, ge=0, le=3600)
+    """On SIGTERM, judge calls in flight get this long to finish and be recorded; then they are abandoned and
+    their evaluations stay pending for the next start (keep it under Kubernetes' 30 s grace period)."""
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     """Log level of the daemon (logs go to stderr)."""
     source: SourceSettings = OtlpFileSourceSettings()
@@ -341,6 +465,8 @@ class Settings(_Section):
     judge: JudgeSettings = JudgeSettings()
     store: StoreSettings = StoreSettings()
     metrics: MetricsSettings = MetricsSettings()
+    alerts: AlertSettings = AlertSettings()
+    canary: CanarySettings = CanarySettings()
     replicas: ReplicaSettings = ReplicaSettings()
     retention: RetentionSettings = RetentionSettings()
     writeback: WritebackSettings = WritebackSettings()

@@ -27,17 +27,21 @@ from pydantic import BaseModel, ValidationError
 
 from monitor.documents import DocumentError, load_json, load_yaml, read_document_text
 from monitor.errors import ConfigError
+from monitor.redaction import remember_secret
 from monitor.settings import ENV_PREFIX, Settings
 from monitor.validation_errors import fields_of, members, translate_errors
 
 RESERVED = ("CONFIG", "SECRETS_DIR")
 """``RUBRIC_MONITOR_`` variables that locate settings rather than being settings."""
 SETTINGS_WHERE = "settings"
+SDK_KEY_VARIABLES = ("OPENAI_API_KEY", "AZURE_OPENAI_API_KEY")
 
 
 def load(path: Path | None, environ: Mapping[str, str]) -> Settings:
     if path is None and environ.get(f"{ENV_PREFIX}CONFIG"):
         path = Path(environ[f"{ENV_PREFIX}CONFIG"])
+    for name in SDK_KEY_VARIABLES:  # the SDKs' own variables are secrets we use too
+        remember_secret(environ.get(name))
     where = str(path) if path else SETTINGS_WHERE
     errors: list[ConfigError] = []
     origins: dict[tuple[str, ...], str] = {}

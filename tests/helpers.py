@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -25,7 +26,7 @@ def requested_dimensions(request: Recorded) -> list[str]:
         return list(schema["properties"]["dimensions"]["required"])
     text = request.prompt_text
     rubric = text[text.index("<rubric>"):text.index("</rubric>")]
-    return [line[2:].split(" (", 1)[0] for line in rubric.splitlines() if line.startswith("- ")]
+    return [re.split(r"[ :]", line[2:], maxsplit=1)[0] for line in rubric.splitlines() if line.startswith("- ")]
 
 
 def verdict(request: Recorded, scores: Sequence[int | None], reason: str = "scripted") -> Reply:

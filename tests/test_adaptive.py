@@ -348,7 +348,7 @@ def test_every_kind_reports_through_the_metric_catalog(tmp_path: Path) -> None:
         evaluated = [s for s in samples if s.name == "rubric_monitor_evaluations_total"
                      and s.labels["rubric"] == rubric]
         assert sum(s.value for s in evaluated) >= 1, rubric
-        assert any(s.name == "rubric_monitor_score_count" and s.labels["rubric"] == rubric and s.value >= 1
+        assert any(s.name == "rubric_monitor_score_sum_total" and s.labels["rubric"] == rubric and s.value > 0
                    for s in samples), rubric
         assert any(s.name == "rubric_monitor_pass_rate" and s.labels["rubric"] == rubric
                    for s in samples), rubric

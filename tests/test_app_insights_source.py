@@ -299,7 +299,8 @@ def test_a_retry_after_longer_than_the_backoff_cap_fails_the_cycle_at_once(fake:
 def test_one_5xx_is_retried_and_a_persistent_one_fails_the_cycle(
         fake: FakeLogAnalytics, reply: Reply, kind: str) -> None:
     load(fake, conversation(0, NOW - timedelta(minutes=10)))
-    source, store = make_source(fake), InMemoryStore()
+    # no halving (source.max_splits 0): a slice that keeps timing out fails the cycle
+    source, store = make_source(fake, max_splits=0), InMemoryStore()
     fake.script.append(reply)
     assert run_cycle(source, store, NOW).error is None
     assert [r.status for r in fake.query_requests] == [reply.status, 200]
@@ -629,10 +630,12 @@ def test_the_token_is_asked_for_the_configured_audience(
 def test_a_query_outliving_its_server_timeout_is_a_timeout_error() -> None:
     with FakeLogAnalytics(query_seconds=1.5) as fake:
         load(fake, [])
-        source, store = make_source(fake, server_timeout_seconds=1, retry_total=0), InMemoryStore()
+        source = make_source(fake, server_timeout_seconds=1, retry_total=0, max_splits=1)
+        store = InMemoryStore()
         cycle = run_cycle(source, store, NOW)
         source.close()
         sent = fake.query_requests
     assert isinstance(cycle.error, SourceError) and cycle.error.kind == "timeout"
-    assert [r.headers["prefer"] for r in sent] == ["wait=1"] and [r.status for r in sent] == [504]
+    # the window, then its first half (a timeout is halved like a limit error, up to source.max_splits)
+    assert [r.headers["prefer"] for r in sent] == ["wait=1", "wait=1"] and [r.status for r in sent] == [504, 504]
     assert watermark(store) is None

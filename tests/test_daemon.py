@@ -51,10 +51,12 @@ def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
 
 
 class Daemon:
-    def __init__(self, config: Path, cwd: Path, port: int) -> None:
+    def __init__(self, config: Path, cwd: Path, port: int, env: dict[str, str] | None = None) -> None:
+        extra = env or {}
         env = {k: v for k, v in os.environ.items() if not k.startswith("RUBRIC_MONITOR_")}
         env.pop("OPENAI_API_KEY", None)
         env["PYTHONPATH"] = str(REPO)
+        env.update(extra)
         self.log = cwd / f"daemon-{time.monotonic_ns()}.log"
         self._log_handle = self.log.open("w")
         self.process = subprocess.Popen([sys.executable, "-m", "monitor", "run", "--config", str(config)],

@@ -116,11 +116,9 @@ def test_validation_rejects_unknown_and_wrongly_typed_fields() -> None:
 
 def test_the_objects_each_overlay_renders() -> None:
     def logical(obj: dict[str, Any]) -> str:
-        # Generated ConfigMaps of settings and traces carry a content hash (a new one rolls the Deployment out).
+        # The settings ConfigMap's name carries a content hash (a new one rolls the Deployment out).
         name = str(obj["metadata"]["name"])
-        hashed = next((p for p in ("rubric-monitor-settings", "rubric-monitor-traces") if name.startswith(p + "-")),
-                      None)
-        return f"{obj['kind']}/{hashed or name}"
+        return f"{obj['kind']}/{'rubric-monitor-settings' if name.startswith('rubric-monitor-settings-') else name}"
 
     kinds = {name: sorted(logical(o) for o in render(name)) for name in RENDERED}
     base = ["ConfigMap/rubric-monitor-rubrics", "ConfigMap/rubric-monitor-settings", "Deployment/rubric-monitor",
@@ -163,6 +161,9 @@ def test_pod_is_locked_down_and_probed(name: str) -> None:
     assert volumes["rubrics"]["configMap"]["name"] == "rubric-monitor-rubrics"
     assert volumes["secrets"]["secret"] == {"secretName": "rubric-monitor-secrets", "optional": True,
                                             "defaultMode": 0o440}
+    # Every ConfigMap a volume names is rendered alongside (kustomize rewrites hashed names only where it can).
+    configmaps = {o["metadata"]["name"] for o in render(name) if o["kind"] == "ConfigMap"}
+    assert {v["configMap"]["name"] for v in pod["volumes"] if "configMap" in v} <= configmaps
     service = one(render(name), "Service")
     assert service["spec"]["selector"].items() <= pod_labels(deployment).items()
     pdb = one(render(name), "PodDisruptionBudget")

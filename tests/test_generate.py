@@ -12,6 +12,7 @@ import yaml
 
 from monitor.cli import main
 from monitor.errors import ConfigError
+from monitor.evaluators.prompts import builtin_version
 from monitor.rubrics.generate import GenerationFailed, GenerationSources, generate_rubric
 from monitor.rubrics.loader import load_rubric_file
 from monitor.rubrics.registry import RubricRegistry
@@ -20,6 +21,8 @@ from tests.fakes.openai_server import Reply, ScriptedOpenAIServer, completion
 from tests.helpers import judge_config, write_config
 from tests.vertex_judging import openai_context, schema_name, user_prompt
 
+PROMPT = builtin_version("weighted")
+"""The built-in prompt version the loader appends to an explicit version."""
 INSTRUCTIONS = ("You are the reservation assistant of Chez Lou. Dinner service runs 17:00-22:00, parties "
                 "are at most 8 people, and bookings open 30 days ahead. Always confirm date, time and party "
                 "size.")
@@ -61,7 +64,7 @@ def test_a_generated_rubric_follows_foundry_conventions_and_validates(tmp_path: 
         ("intent_recognition", 9), ("policy_enforcement", 6), ("communication_clarity", 2),
         ("general_quality", 5)]
     assert rubric.dimensions[-1].always_applicable is True  # the canonical residual, not the model's own
-    assert (rubric.name, rubric.version, rubric.category) == ("reservations", "1", "quality")
+    assert (rubric.name, rubric.version, rubric.category) == ("reservations", f"1+{PROMPT}", "quality")
     assert any("policy_enforcement: weight 7 → 6" in note for note in generated.notes)
     assert any("'Intent Recognition' → intent_recognition" in note for note in generated.notes)
     assert generated.usage.calls == 1
@@ -158,10 +161,10 @@ def test_cli_generates_then_regenerates_the_next_version(tmp_path: Path, capsys:
         assert main(args) == 0
         assert "intent_recognition" in user_prompt(server.requests[1])
         assert "<previous_rubric" in user_prompt(server.requests[1])
-    assert (first.version, isinstance(first, WeightedRubric)) == ("1", True)
+    assert (first.version, isinstance(first, WeightedRubric)) == (f"1+{PROMPT}", True)
     [again] = RubricRegistry(tmp_path / "rubrics").load()
     assert isinstance(again, WeightedRubric)
-    assert again.version == "2"
+    assert again.version == f"2+{PROMPT}"
     assert again.agents == ("chez-lou-*",) and again.sampling_rate == 0.5
     assert [d.id for d in again.dimensions] == ["intent_recognition", "deposit_policy", "general_quality"]
     assert "wrote" in capsys.readouterr().out

@@ -45,18 +45,9 @@ MAY_BE_EMPTY: dict[tuple[str, str, str], str] = {
     ("agent-quality.json", "Cannot judge", "A"): "regression check (alerts work): only when it cannot judge",
     ("agent-quality.json", "Judge canary agreement", "A"): "canary conversations (judge work)",
     ("agent-quality.json", "Judge canary agreement", "B"): "judge drift (judge work)",
-    ("agent-quality.json", "annotation: Judge changes", "Anno"): "rubric_monitor_judge_info (judge work)",
     ("monitor-operations.json", "Source lag (watermark age) and backlog", "A"):
         "the watermark lag exists for App Insights only; this run reads OTLP files",
-    ("monitor-operations.json", "Source lag (watermark age) and backlog", "B"): "backlog gauges (metrics work)",
-    ("monitor-operations.json", "Conversations waiting", "A"): "backlog gauges (metrics work)",
     ("monitor-operations.json", "Source errors by kind", "A"): "no source fails in this healthy run",
-    ("monitor-operations.json", "Judge requests by outcome", "B"):
-        "calls refused locally happen only while the judge refuses our key or the quota is spent",
-    ("monitor-operations.json", "Daily budget left", "A"): "per-unit budget gauges (metrics work)",
-    ("monitor-operations.json", "Daily budget left", "B"): "per-unit budget gauges (metrics work)",
-    ("monitor-operations.json", "Daily budget left", "C"): "no budget is spent in this run",
-    ("monitor-operations.json", "Version", "A"): "rubric_monitor_build_info (metrics work)",
 }
 
 
@@ -241,8 +232,9 @@ def scraped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scraped]:
     write_rubric("booking", weighted_rubric("booking-quality", "1", ["booking-*"]))
     write_rubric("task", {"name": "task-success", "kind": "adaptive", "metric": "multi_turn_task_success",
                           "agents": ["*"], "pass_threshold": 0.5})
-    write_rubric("safety", {"name": "safety", "kind": "safety", "agents": ["*"], "daily_budget_tokens": 10_000_000,
-                            "sampling_rate": 0.5})
+    # A small daily budget, spent within the run: the budget panels and the budget_exhausted skip have data.
+    write_rubric("safety", {"name": "safety", "kind": "safety", "agents": ["*"], "daily_budget_tokens": 1500,
+                            "daily_budget_usd": 5.0, "sampling_rate": 0.5})
     daemon_port, prometheus_port = free_port(), free_port()
     with ScriptedOpenAIServer(schema_judge) as judge:
         config = write_config(tmp / "config.yaml", judge_config(

@@ -144,6 +144,11 @@ def test_a_release_0_1_0_database_upgrades_with_nothing_lost(url: str) -> None:
         assert ("", 1, 1, 1, 0.7) in [(row[4], *row[5:8], round(row[8], 6)) for row in rollups]
         store.rebuild_rollups()
         assert _dump(url, metadata)["quality_rollups"] == rollups
+        # Columns added later are filled from the old results' payloads where they hold the value.
+        engine = sqlalchemy.create_engine(url)
+        with engine.connect() as conn:
+            assert sorted(conn.execute(sqlalchemy.text("SELECT judge_model FROM results")).scalars()) == ["m", "m"]
+        engine.dispose()
     finally:
         store.close()
     assert schema_diff(url) == []

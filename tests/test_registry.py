@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from prometheus_client import CollectorRegistry
 
 from monitor.cli import main
 from monitor.errors import RubricError
+from monitor.evaluators.prompts import builtin_version
 from monitor.metrics import MonitorMetrics
 from monitor.rubrics.kinds import AdaptiveRubric
 from monitor.rubrics.registry import RubricRegistry
@@ -124,14 +126,17 @@ def test_a_same_size_edit_within_one_timestamp_tick_is_seen(tmp_path: Path) -> N
 
 
 def test_an_explicit_version_is_the_label(tmp_path: Path, metrics: MonitorMetrics) -> None:
+    # The built-in prompt's version is appended: a release that changes the prompt starts a new series.
+    prompt = builtin_version("weighted")
+    assert re.fullmatch(r"weighted_[0-9a-f]{8}", prompt)
     path = write(tmp_path / "support.yaml", weighted(version=1))
     registry = RubricRegistry(tmp_path, metrics)
     registry.load()
-    assert info(metrics, "support", "1") == 1.0
+    assert info(metrics, "support", f"1+{prompt}") == 1.0
     write(path, weighted(version="2", weight=10))
     registry.refresh()
-    assert [r.version for r in registry.active()] == ["2"]
-    assert (info(metrics, "support", "1"), info(metrics, "support", "2")) == (None, 1.0)
+    assert [r.version for r in registry.active()] == [f"2+{prompt}"]
+    assert (info(metrics, "support", f"1+{prompt}"), info(metrics, "support", f"2+{prompt}")) == (None, 1.0)
 
 
 def test_an_invalid_edit_keeps_the_old_version_and_is_reported(

@@ -28,31 +28,33 @@ from monitor.evaluators.base import (
     unscored_result,
 )
 from monitor.evaluators.item_cache import GeneratedItems, InMemoryItemCache, ItemCache, RubricItem
+from monitor.evaluators.prompts import data_notice
 from monitor.evaluators.views import (
     Target,
     judge_each_reply,
     output_budget,
-    user_requests,
+    request_context,
     view,
 )
 from monitor.judge.base import JudgeRequest
-from monitor.judge.render import escape_data, render_conversation
+from monitor.judge.render import cut_middle, escape_data, render_conversation
 from monitor.models import Conversation, EvaluationResult
 from monitor.rubrics.builtin import (
     BUILTIN_METRICS,
     GENERATION_INSTRUCTIONS,
     INTENT_INSTRUCTIONS,
     NO_INTENTS,
-    VALIDATION_INSTRUCTIONS,
     AdaptiveMetric,
+    validation_instructions,
 )
 from monitor.rubrics.kinds import AdaptiveRubric
 
 IMPORTANCE = ("high", "medium", "low")
 MAX_WAITS = 3
 """How often an evaluation waits for another one's generation of the same items before generating itself."""
-REPLY_FOCUS = "The reply being judged is the last assistant turn shown; earlier turns are its context."
-"""No index: the views renumber the turns they show, so an index would point at the wrong turn."""
+CONTEXT_CHARS = 600
+"""Metrics that do not read the agent's setup in full still see this much of its instructions, and of the agent
+message a request answers: enough to tell what the request is about, without doubling the prompt."""
 
 GENERATION_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -200,7 +202,8 @@ class AdaptiveEvaluator:
         items = generated.items
         request = JudgeRequest(
             messages=system_and_user(
-                VALIDATION_INSTRUCTIONS, _validation_prompt(items, target, rendered.text)
+                validation_instructions(metric, data_notice("conversation")),
+                _validation_prompt(items, rendered.text),
             ),
             schema=validation_schema(items),
             schema_name="rubric_item_verdicts",
@@ -262,10 +265,11 @@ class AdaptiveEvaluator:
         if rubric.items:
             written = tuple(RubricItem(f"item_{i + 1}", q) for i, q in enumerate(rubric.items))
             return GeneratedItems(written), "rubric", None, None
-        material = generation_material(target, metric)
-        if material is None:
+        generation = generation_material(target, metric)
+        if generation is None:
             return None, "generated", None, "no_request"
-        system = generation_instructions(rubric, metric)
+        material, blocks = generation
+        system = generation_instructions(rubric, metric, blocks)
         key = items_key(rubric, system, material)
         for _ in range(MAX_WAITS):
             cached = self._cache.get(key)
@@ -318,48 +322,75 @@ class AdaptiveEvaluator:
             del self._in_flight[key]
 
 
-def generation_instructions(rubric: AdaptiveRubric, metric: AdaptiveMetric) -> str:
+def generation_instructions(rubric: AdaptiveRubric, metric: AdaptiveMetric, blocks: Sequence[str]) -> str:
     text = GENERATION_INSTRUCTIONS.format(max_items=rubric.max_items, focus=metric.focus)
     text += "\n" + (INTENT_INSTRUCTIONS if metric.extracts_intents else NO_INTENTS)
     if rubric.guidelines:
         text += "\n\nGuidelines from the rubric's author (follow them):\n" + "\n".join(
             f"- {g}" for g in rubric.guidelines
         )
-    return text
+    return text + "\n" + data_notice(*blocks)
 
 
-def generation_material(target: Target, metric: AdaptiveMetric) -> str | None:
-    """What the items are generated from; ``None`` when there is no user request to write them for."""
-    requests = user_requests(target, metric.request_scope)
-    if not requests:
+def _block(tag: str, text: str) -> str:
+    return f"<{tag}>\n{text}\n</{tag}>"
+
+
+def generation_material(target: Target, metric: AdaptiveMetric) -> tuple[str, list[str]] | None:
+    """What the items are generated from (and cached by), and the names of its data blocks; ``None`` when
+    there is no user request to write them for.
+
+    The request is read in its context: the agent's instructions (shortened unless the metric reads the
+    agent's setup), the user's earlier messages and the agent message the request answers. Generated from the
+    last user message alone, "yes please" in two unrelated conversations would get the same items."""
+    found = request_context(target, metric.request_scope)
+    if found is None:
         return None
-    parts: list[str] = []
+    parts: list[tuple[str, str]] = []
     conversation = target.conversation
-    if metric.uses_agent_setup and conversation.system_instructions:
-        parts.append(f"<agent_instructions>\n{escape_data(conversation.system_instructions)}\n</agent_instructions>")
+    if conversation.system_instructions:
+        limit = None if metric.uses_agent_setup else CONTEXT_CHARS
+        parts.append(("agent_instructions", escape_data(cut_middle(conversation.system_instructions, limit)[0])))
     if metric.uses_agent_setup and conversation.tool_definitions:
         tools = json.dumps([t.model_dump(exclude_none=True) for t in conversation.tool_definitions],
                            ensure_ascii=False, sort_keys=True)
-        parts.append(f"<tool_definitions>\n{escape_data(tools)}\n</tool_definitions>")
-    if metric.request_scope == "last_user":
-        parts.append(f"<user_request>\n{escape_data(requests[0])}\n</user_request>")
+        parts.append(("tool_definitions", escape_data(tools)))
+    numbered = "\n".join(
+        f'<message n="{n}">{escape_data(text)}</message>' for n, text in enumerate(found.earlier_user, 1)
+    )
+    if found.request is None:
+        parts.append(("user_messages", numbered))
     else:
-        numbered = "\n".join(
-            f'<message n="{n}">{escape_data(text)}</message>' for n, text in enumerate(requests, 1)
-        )
-        parts.append(f"<user_messages>\n{numbered}\n</user_messages>")
-    return "\n".join(parts)
+        if numbered:
+            parts.append(("earlier_user_messages", numbered))
+        if found.previous_agent:
+            parts.append(("agent_message", escape_data(cut_middle(found.previous_agent, CONTEXT_CHARS)[0])))
+        parts.append(("user_request", escape_data(found.request)))
+    return "\n".join(_block(tag, text) for tag, text in parts), [tag for tag, _ in parts]
 
 
 def items_key(rubric: AdaptiveRubric, system: str, material: str) -> str:
-    """Hash of the rubric version, the generation instructions and the normalised request material."""
+    """Hash of the rubric version, the generation instructions and the normalised material the items were
+    generated from (request, earlier messages, agent instructions): the key is exactly what the items depend
+    on."""
     canonical = json.dumps([rubric.name, rubric.version, system, normalise(material)], ensure_ascii=False)
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
-def _validation_prompt(items: Sequence[RubricItem], target: Target, rendered: str) -> str:
+def _validation_prompt(items: Sequence[RubricItem], rendered: str) -> str:
     checklist = "\n".join(f"{item.id}: {escape_data(item.question)}" for item in items)
-    return f"<checklist>\n{checklist}\n</checklist>\n{REPLY_FOCUS}\n{rendered}"
+    return f"<checklist>\n{checklist}\n</checklist>\n{rendered}"
+
+
+def adaptive_prompt_texts(metric_name: str) -> tuple[str, ...]:
+    """Every fixed text an adaptive metric's prompts are built from (what ``builtin_version`` fingerprints)."""
+    metric = BUILTIN_METRICS[metric_name]
+    return (
+        GENERATION_INSTRUCTIONS, INTENT_INSTRUCTIONS if metric.extracts_intents else NO_INTENTS, metric.focus,
+        metric.view, metric.request_scope, str(metric.uses_agent_setup), str(CONTEXT_CHARS),
+        validation_instructions(metric, data_notice("conversation")), data_notice("user_request"),
+        _validation_prompt((RubricItem("item_1", "{question}"),), "{conversation}"),
+    )
 
 
 def _reason(rows: list[dict[str, Any]]) -> str:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
 from monitor.errors import JudgeError, JudgeRefused
+from monitor.evaluators.prompts import PROMPT_VERSION
 from monitor.judge.base import ChatMessage, Judge, JudgeReply, JudgeRequest
 from monitor.models import Conversation, EvaluationResult
 from monitor.rubrics.base import RubricBase
@@ -115,8 +116,9 @@ async def ask_judge(
             # conversation, unlike a transport failure, and asking again would get the same.
             usage.add(request, getattr(exc, "reply", None))
             return Asked(None, f"refused: {exc}")
-        except JudgeError:
+        except JudgeError as exc:
             usage.add(request, None)
+            exc.calls, exc.prompt = usage.calls, usage.prompts[-1]
             raise
         usage.add(request, reply)
         try:
@@ -146,6 +148,8 @@ def result_fields(
         "rubric_kind": str(getattr(rubric, "kind", "")),
         "turn_index": turn_index,
         "judge_model": rubric.judge_model or context.judge.model,
+        "prompt_version": PROMPT_VERSION,
+        "agent_version": conversation.agent_version,
         "threshold": threshold,
         "judge_calls": usage.calls,
         "input_tokens": usage.input_tokens,
@@ -187,6 +191,8 @@ class EvaluationContext:
     judge: Judge
     settings: JudgeSettings
     store_content: bool = True
+    done_turns: frozenset[int] = frozenset()
+    """Turns of a turn-level evaluation already recorded (a crash cut it short): they are not judged again."""
 
 
 class Evaluator(Protocol):

@@ -1,8 +1,9 @@
-"""Generated adaptive-rubric items, cached by a hash of the normalised request so a repeated request costs no
-generation call.
+"""Generated adaptive-rubric items, cached by a hash of what they were generated from, so a repeated request costs
+no generation call.
 
 The key covers the rubric (name and version, so an edit regenerates), the metric and everything the generation
-prompt contains, normalised (case-folded, whitespace collapsed). ``InMemoryItemCache`` is the default; a
+prompt contains (the request with its context: earlier user messages, the agent message it answers, the agent's
+instructions), normalised (case-folded, whitespace collapsed). ``InMemoryItemCache`` is the default; a
 store-backed cache only has to implement ``ItemCache`` and can keep ``GeneratedItems.to_json()``.
 """
 

@@ -43,7 +43,15 @@ async def judge_each_reply(
     if not units:
         return [unscored_result(conversation, rubric, context, None, JudgeUsage(), "no_response",
                                 "The agent gave no reply with text to judge.")]
-    return [await judge_one(unit) for unit in units]
+    return [await judge_one(unit) for unit in units if unit.turn_index not in context.done_turns]
+
+
+def expected_turns(conversation: Conversation, rubric: RubricBase) -> set[int] | None:
+    """The turn keys a complete turn-level evaluation records (-1 when the agent never replied: one unscored
+    result); None for a conversation-level one, which records its results in one go."""
+    if getattr(rubric, "evaluation_level", "conversation") != "turn":
+        return None
+    return set(reply_indices(conversation)) or {-1}
 
 
 def reply_indices(conversation: Conversation) -> list[int]:
@@ -70,13 +78,31 @@ def last_user_index(conversation: Conversation, before: int) -> int | None:
     return None
 
 
-def user_requests(target: Target, scope: RequestScope) -> list[str]:
-    """The user's words the items are written for (and cached by)."""
+@dataclass(frozen=True)
+class RequestContext:
+    """What adaptive items are written for: the request and the context it was made in."""
+
+    request: str | None
+    """The latest user message (``last_user`` scope); None with ``all_user``."""
+    earlier_user: tuple[str, ...]
+    """The user's other messages before the reply, in order (for ``all_user``: every user message)."""
+    previous_agent: str | None
+    """The agent's text just before the request: what a short request ("yes please") answers."""
+
+
+def request_context(target: Target, scope: RequestScope) -> RequestContext | None:
+    """The user's words the items are written for, in their context; None when the user asked nothing."""
     messages = target.conversation.messages[: target.response_index]
+    users = [i for i, m in enumerate(messages) if m.role == "user" and m.text.strip()]
+    if not users:
+        return None
     if scope == "all_user":
-        return [m.text for m in messages if m.role == "user" and m.text.strip()]
+        return RequestContext(None, tuple(messages[i].text for i in users), None)
     index = last_user_index(target.conversation, target.response_index)
-    return [messages[index].text] if index is not None and messages[index].text.strip() else []
+    if index is None or not messages[index].text.strip():
+        return None
+    before = next((m.text for m in reversed(messages[:index]) if m.role == "assistant" and m.text.strip()), None)
+    return RequestContext(messages[index].text, tuple(messages[i].text for i in users if i < index), before)
 
 
 def _text_only(message: Message) -> Message:
@@ -90,9 +116,14 @@ def view(target: Target, kind: TraceView) -> Conversation:
     if kind == "agent_conversation":
         return conversation
     request = last_user_index(conversation, target.response_index)
+    turn = messages[request or 0:]
     if kind == "agent_turn":
-        return conversation.model_copy(update={"messages": messages[request or 0:]})
+        return conversation.model_copy(update={"messages": turn})
     bare: dict[str, Any] = {"system_instructions": None, "tool_definitions": ()}
+    if kind == "final_turn":
+        return conversation.model_copy(update={**bare, "messages": turn})
+    if kind == "dialogue_with_tools":
+        return conversation.model_copy(update={**bare, "messages": messages})
     if kind == "final_response":
         reply = _text_only(messages[-1])
         kept = (messages[request], reply) if request is not None else (reply,)

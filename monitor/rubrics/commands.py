@@ -87,7 +87,8 @@ def rubric_directory(args: argparse.Namespace) -> Path:
 
 
 def _fail(err: TextIO, exc: Exception) -> int:
-    err.write(f"rubric-monitor: error: {exc}\n")
+    problems = exc.all if isinstance(exc, ConfigError) else (exc,)
+    err.writelines(f"rubric-monitor: error: {problem}\n" for problem in problems)
     return 2
 
 
@@ -169,7 +170,7 @@ def cmd_validate(args: argparse.Namespace, out: TextIO | None = None, err: TextI
         try:
             rubric = load_rubric_file(path)
         except RubricError as exc:
-            err.write(f"rubric-monitor: invalid: {exc}\n")
+            err.writelines(f"rubric-monitor: invalid: {problem}\n" for problem in exc.all)
             failures += 1
             continue
         valid.append((rubric, path))

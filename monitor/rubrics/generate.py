@@ -151,10 +151,12 @@ def rubric_name(text: str) -> str:
 
 
 def next_version(previous: str | None) -> str:
-    """ "1" for a new rubric, n+1 after a numbered version, "2" after a content-hash version."""
+    """ "1" for a new rubric, n+1 after a numbered version, "2" after a content-hash version. The built-in
+    prompt's version that the loader appends (``3+weighted_1a2b3c4d``) is not part of the file's version."""
     if previous is None:
         return "1"
-    return str(int(previous) + 1) if previous.isdigit() else "2"
+    written = previous.split("+", 1)[0]
+    return str(int(written) + 1) if written.isdigit() else "2"
 
 
 # -- the judge's reply ------------------------------------------------------------------------------------

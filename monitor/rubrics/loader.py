@@ -63,13 +63,10 @@ def parse_rubric(data: Any, where: str) -> Rubric:
     if "dimensions" in data and "kind" not in data:
         data = {**data, "kind": "weighted"}
     data = {"name": Path(where).stem, **data}
-    version = data.get("version")
-    if version is None:
-        data = {**data, "version": content_version(data)}
-    elif not isinstance(version, str):
-        data = {**data, "version": str(version)}
+    explicit = data.get("version")
+    data = {**data, "version": content_version(data) if explicit is None else str(explicit)}
     try:
-        return _ADAPTER.validate_python(data)
+        rubric = _ADAPTER.validate_python(data)
     except ValidationError as exc:
         # A bad dimension also empties the list, which pydantic reports as a second, consequential error.
         details = [e for e in exc.errors() if e["type"] != "too_short" or len(exc.errors()) == 1]
@@ -80,6 +77,20 @@ def parse_rubric(data: Any, where: str) -> Rubric:
             raise RubricError(where, "kind", message) from None
         rubric_errors = [RubricError(e.where, _in_definition(e.field, from_definition), e.message) for e in errors]
         raise RubricError.collect(rubric_errors) from None
+    return rubric.model_copy(update={"version": versioned(rubric, data, explicit)})
+
+
+def versioned(rubric: Rubric, data: Any, explicit: Any) -> str:
+    """A rubric's version covers the built-in prompt it is judged with (``builtin_version``), so a release
+    that changes that prompt starts new metric series instead of mixing verdicts of two prompts: the content
+    hash of the file and the prompt, or the explicit version with the prompt's version appended
+    (``3+general_quality_3f9a1c2b``)."""
+    from monitor.evaluators.prompts import builtin_version
+
+    prompt = builtin_version(rubric.kind, getattr(rubric, "metric", None))
+    if explicit is None:
+        return content_version({"rubric": data, "prompt": prompt})
+    return f"{explicit}+{prompt}"
 
 
 def _in_definition(field: str | None, from_definition: set[str]) -> str | None:

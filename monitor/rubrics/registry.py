@@ -100,12 +100,18 @@ class RubricRegistry:
     # -- reading ------------------------------------------------------------------------------------------
 
     def load(self) -> list[Rubric]:
-        """Read every file; the first invalid file, or two files with one rubric name, raise
-        ``RubricError``."""
+        """Read every file; invalid files, or two files with one rubric name, raise ``RubricError`` naming
+        every problem (the first, carrying the others)."""
         files: dict[Path, _FileState] = {}
+        errors: list[RubricError] = []
         for path in rubric_files(self.directory):
-            stamp, digest, text = _read(path)
-            files[path] = _FileState(stamp, digest, load_rubric_text(text, path))
+            try:
+                stamp, digest, text = _read(path)
+                files[path] = _FileState(stamp, digest, load_rubric_text(text, path))
+            except RubricError as exc:
+                errors.append(exc)
+        if errors:
+            raise RubricError.collect(errors)
         rubrics = [s.rubric for s in files.values() if s.rubric is not None]
         check_unique(rubrics, (str(p) for p in files))
         with self._lock:
@@ -179,7 +185,7 @@ class RubricRegistry:
                 raise RubricError(str(path), "name", f"rubric name {rubric.name!r} is also used by {other}")
 
     def _report(self, work: _Refresh, key: str, exc: RubricError) -> None:
-        message = str(exc)
+        message = "; ".join(str(problem) for problem in exc.all)
         work.rejected.append(key)
         if work.problems.get(key) == message:
             return  # reported already; an unchanged broken file is not a new error every cycle

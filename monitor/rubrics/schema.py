@@ -36,6 +36,26 @@ class Dimension(BaseModel):
     description: str = Field(min_length=1)
     weight: int = Field(ge=1, le=10)
     always_applicable: bool = False
+    anchors: dict[int, str] | None = None
+    """Optional: what a score looks like at some levels, e.g. ``{1: "books without confirming", 5: "..."}``;
+    shown to the judge under the dimension."""
+
+    @field_validator("anchors")
+    @classmethod
+    def _check_anchors(cls, value: dict[int, str] | None) -> dict[int, str] | None:
+        if value is None:
+            return None
+        for level, text in value.items():
+            if not 1 <= level <= 5:
+                raise ValueError(f"level {level} is not a score from 1 to 5")
+            if not text.strip():
+                raise ValueError(f"level {level}: the anchor text is empty")
+        return {level: text.strip() for level, text in value.items()}
+
+    def __hash__(self) -> int:
+        # A frozen model hashes its fields, and a dict has no hash: rubrics are compared and hashed whole.
+        return hash((self.id, self.description, self.weight, self.always_applicable,
+                     tuple(sorted((self.anchors or {}).items()))))
 
     @field_validator("id")
     @classmethod

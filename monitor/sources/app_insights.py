@@ -52,6 +52,7 @@ from monitor.genai import (
 )
 from monitor.metrics import MonitorMetrics
 from monitor.models import SpanRecord, as_utc
+from monitor.redaction import remember_secret
 from monitor.settings import AppInsightsCredentialSettings, AppInsightsSourceSettings
 from monitor.sources.base import SourceBatch
 from monitor.sources.kql import TableSchema, Window, build_query, iso, query_timespan, schema_for
@@ -115,6 +116,7 @@ class RereadTokenCredential:
             raise ClientAuthenticationError(message) from exc
         if not token:
             raise ClientAuthenticationError(f"no bearer token in {self.origin}")
+        remember_secret(token)
         return token
 
 
@@ -624,8 +626,12 @@ class Checkpoint:
 
 
 class _LimitReached:
-    def __init__(self, reason: str) -> None:
+    """A slice too big for one query: over the service's row or size limit (``partial``), or too slow to
+    answer in time (``timeout``). Either way its halves may succeed."""
+
+    def __init__(self, reason: str, kind: str = "partial") -> None:
         self.reason = reason
+        self.kind = kind
 
 
 class AppInsightsSource:
@@ -644,6 +650,7 @@ class AppInsightsSource:
         self._owned_credential = credential is None
         self._credential = credential if credential is not None else make_credential(settings.credential)
         self._reader = RowReader(self.schema)
+        self._read_through: datetime | None = None
         read_timeout = settings.server_timeout_seconds + _READ_TIMEOUT_MARGIN_SECONDS
         self._client = LogsQueryClient(
             self._credential,
@@ -666,6 +673,7 @@ class AppInsightsSource:
     def pull(self, checkpoint: str | None, now: datetime) -> Iterator[SourceBatch]:
         now = as_utc(now)
         watermark = self._load(checkpoint)
+        self._read_through = watermark
         end = now - timedelta(seconds=self.settings.ingestion_delay_seconds)
         if watermark is None:
             start = end - timedelta(seconds=self.settings.initial_lookback_seconds)
@@ -677,6 +685,10 @@ class AppInsightsSource:
             window = Window(start, min(end, start + step))
             watermark = yield from self._read(window, watermark, now, depth=0)
             start = window.end
+
+    def read_through(self) -> datetime | None:
+        """The watermark: every slice before it was read whole and stored."""
+        return self._read_through
 
     def close(self) -> None:
         self._client.close()
@@ -695,7 +707,7 @@ class AppInsightsSource:
                 raise _kind(SourceError(
                     f"app_insights {self.target}: window {window} still hits the service's limit "
                     f"({outcome.reason}) after {depth} splits (source.max_splits); the watermark stays at "
-                    f"{iso(watermark) if watermark else 'its start'}"), "partial")
+                    f"{iso(watermark) if watermark else 'its start'}"), outcome.kind)
             log.info("app_insights: window %s hit the service's limit (%s); reading it as two halves",
                      window, outcome.reason)
             left, right = window.halves()
@@ -705,7 +717,9 @@ class AppInsightsSource:
         self._log_slice(rows, window)
         advanced = window.end if watermark is None else max(watermark, window.end)
         yield SourceBatch(spans=rows.spans, checkpoint=Checkpoint(advanced, self.target).dump(),
-                          rejected=rows.rejected, rows=rows.rows)
+                          rejected=rows.rejected, rows=rows.rows, read_through=advanced)
+        # Resumed only once the consumer stored the batch: the slice is delivered.
+        self._read_through = advanced
         self._report_lag(advanced, now)
         return advanced
 
@@ -741,7 +755,12 @@ class AppInsightsSource:
                 return None
             raise capture.unreadable(self.target, exc) from exc
         except (AzureError, ValueError, OSError, RecursionError) as exc:
-            raise source_error(exc, self.target, self.settings) from exc
+            error = source_error(exc, self.target, self.settings)
+            if error.kind == "timeout":
+                # Still timing out after the retries: a slice too heavy to answer in time is halved like one
+                # over the row limit, so one slow slice cannot hold the watermark back for good.
+                return _LimitReached(str(error), "timeout")
+            raise error from exc
         finally:
             self.metrics.source_query_latency.labels(SOURCE).observe(time.perf_counter() - started)
         if result.status == LogsQueryStatus.PARTIAL:

@@ -27,6 +27,9 @@ class SourceBatch:
     rejected: dict[str, int] = field(default_factory=dict)
     rows: int = 0
     """Raw rows or lines read to produce ``spans`` (for ``rubric_monitor_source_rows_total``)."""
+    read_through: datetime | None = None
+    """Once this batch (and those before it) is stored, every span that started before this instant has been
+    delivered; None when this batch proves no such instant (see ``TraceSource.read_through``)."""
 
 
 class TraceSource(Protocol):
@@ -36,6 +39,14 @@ class TraceSource(Protocol):
     def pull(self, checkpoint: str | None, now: datetime) -> Iterator[SourceBatch]:
         """Yield what is new since ``checkpoint``. Raise ``SourceError`` on failure: batches already yielded
         stay valid, the rest is read again next cycle."""
+        ...
+
+    def read_through(self) -> datetime | None:
+        """Every span that started before this instant has been delivered, in batches the consumer took (and
+        so stored): the stored position, or where the last complete read began; None until a read got that
+        far. The pipeline never lets a conversation become ready past it (nor past the ``read_through`` of
+        the batches it stored since): a conversation straddling a failed or unfinished read waits for the rest
+        of its spans."""
         ...
 
     def close(self) -> None: ...

@@ -24,6 +24,7 @@ class InMemorySource:
         self.name = name
         self._spans: list[SpanRecord] = list(spans)
         self._batch_size = batch_size
+        self._read_through: datetime | None = None
 
     def add(self, spans: Iterable[SpanRecord]) -> None:
         """Append spans; the next ``pull`` yields them."""
@@ -33,7 +34,14 @@ class InMemorySource:
         consumed = self._consumed(checkpoint)
         for start in range(consumed, len(self._spans), self._batch_size):
             batch = self._spans[start:start + self._batch_size]
-            yield SourceBatch(spans=list(batch), checkpoint=json.dumps(start + len(batch)), rows=len(batch))
+            last = start + len(batch) == len(self._spans)
+            yield SourceBatch(spans=list(batch), checkpoint=json.dumps(start + len(batch)), rows=len(batch),
+                              read_through=now if last else None)
+        # Reached only when every batch was taken: everything added before this pull is delivered.
+        self._read_through = now
+
+    def read_through(self) -> datetime | None:
+        return self._read_through
 
     def close(self) -> None:
         """Nothing to release."""

@@ -53,8 +53,9 @@ class _Pending:
     rejected: Counter[str] = field(default_factory=Counter)
     rows: int = 0
 
-    def take(self, checkpoint: str) -> SourceBatch:
-        batch = SourceBatch(self.spans, checkpoint, rejected=dict(self.rejected), rows=self.rows)
+    def take(self, checkpoint: str, read_through: datetime | None = None) -> SourceBatch:
+        batch = SourceBatch(self.spans, checkpoint, rejected=dict(self.rejected), rows=self.rows,
+                            read_through=read_through)
         self.spans, self.rejected, self.rows = [], Counter(), 0
         return batch
 
@@ -69,6 +70,7 @@ class OtlpFileSource:
         self.name = name
         self._batch_spans = batch_spans
         self._parse_line_text = parse_line
+        self._read_through: datetime | None = None
 
     def pull(self, checkpoint: str | None, now: datetime) -> Iterator[SourceBatch]:
         """Yield what was appended since ``checkpoint``, at most about ``batch_spans`` spans per batch.
@@ -90,9 +92,15 @@ class OtlpFileSource:
                 unreadable.append(f"{file}: {exc.strerror or exc}")
         final = self._dump(positions)
         if pending.rows or pending.spans or pending.rejected or final != emitted:
-            yield pending.take(final)
+            yield pending.take(final, read_through=None if unreadable else now)
         if unreadable:
             raise SourceError(f"source {self.name}: cannot read {'; '.join(unreadable)}")
+        # Reached only when every batch was taken and every file read to its end: spans written before this
+        # pull are all delivered. Lines are not in time order, so a partial read proves nothing.
+        self._read_through = now
+
+    def read_through(self) -> datetime | None:
+        return self._read_through
 
     def close(self) -> None:
         """Files are opened and closed within each pull: nothing to release."""

@@ -71,6 +71,36 @@ class PendingConversation:
     last_span_at: datetime
 
 
+@dataclass(frozen=True)
+class FailedAttempt:
+    at: datetime
+    error: str
+    calls: int
+
+
+@dataclass(frozen=True)
+class Backlog:
+    ready: int
+    oldest: datetime | None
+    future: int
+
+
+@dataclass(frozen=True)
+class CanaryRun:
+    """One re-scoring of a rubric's canary set: agreement with the agreed verdicts and the mean score shift."""
+
+    rubric: str
+    rubric_version: str
+    judge_model: str
+    ran_at: datetime
+    judged: int
+    agreement: float
+    """Share of canaries whose pass/fail matches the agreed verdict."""
+    score_shift: float
+    """Mean of (judge score - agreed score); negative: the judge has become harsher."""
+    drift: bool
+
+
 class ResultStore(Protocol):
     def checkpoint(self, source: str) -> str | None: ...
 
@@ -81,9 +111,16 @@ class ResultStore(Protocol):
         ...
 
     def ready_conversations(self, idle_before: datetime, started_before: datetime,
-                            limit: int | None = None) -> list[PendingConversation]:
+                            limit: int | None = None,
+                            after: tuple[datetime, str] | None = None) -> list[PendingConversation]:
         """Unscored conversations whose last span is older than ``idle_before`` or whose first span is older than
-        ``started_before``, oldest first, at most ``limit``."""
+        ``started_before``, oldest first (by first span, then key), at most ``limit``, from just after the
+        (first span, key) ``after``."""
+        ...
+
+    def backlog(self, idle_before: datetime, started_before: datetime, future_after: datetime) -> Backlog:
+        """How many conversations are ready and unscored (as ``ready_conversations`` tells) and the first span
+        of the oldest; how many unscored ones start after ``future_after``."""
         ...
 
     def claim_ready(self, owner: str, lease_seconds: float, idle_before: datetime, started_before: datetime,
@@ -108,15 +145,29 @@ class ResultStore(Protocol):
 
     def has_result(self, conversation_id: str, rubric: str, rubric_version: str, revision: int) -> bool: ...
 
+    def recorded_turns(self, conversation_id: str, rubric: str, rubric_version: str, revision: int) -> set[int]:
+        """Turn keys of the results recorded for this evaluation (-1 for a whole-conversation verdict): a
+        turn-level evaluation cut short by a crash is finished from here, each turn recorded once."""
+        ...
+
     def record(self, result: EvaluationResult) -> bool:
         """Insert a result; False (and nothing written) when the same verdict is already stored."""
         ...
 
-    def record_failure(self, key: str, rubric: str, revision: int) -> int:
-        """Count a failed attempt to judge (the judge was unreachable); returns the attempts so far."""
+    def record_failure(self, key: str, rubric: str, revision: int, error: str = "", calls: int = 0) -> int:
+        """Count a failed attempt to judge (the judge was unreachable), with its error and the judge calls it
+        made; returns the attempts so far."""
+        ...
+
+    def failed_attempts(self, key: str, rubric: str, revision: int) -> list[FailedAttempt]:
+        """The failed attempts recorded for an evaluation, oldest first (its audit trail once given up)."""
         ...
 
     def mark_scored(self, key: str, revision: int) -> None: ...
+
+    def mark_scored_many(self, items: Sequence[tuple[str, int]]) -> None:
+        """``mark_scored`` for many (key, revision) pairs in one transaction (conversations nothing samples)."""
+        ...
 
     def add_usage(self, rubric: str, day: date, tokens: int, usd: float) -> None: ...
 
@@ -143,6 +194,14 @@ class ResultStore(Protocol):
     def prune(self, scored_before: datetime) -> int:
         """Delete spans of conversations scored before the given time; returns how many. The conversations stay
         known (as pruned), so late spans of theirs are recognised as late."""
+        ...
+
+    def record_canary_run(self, run: CanaryRun) -> None: ...
+
+    def last_canary_runs(self) -> dict[str, CanaryRun]: ...
+
+    def drifting_rubrics(self) -> set[str]:
+        """Rubrics whose latest canary run found the judge drifting."""
         ...
 
     def retain(self, now: datetime, policy: RetentionPolicy) -> dict[str, int]:

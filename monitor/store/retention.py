@@ -4,7 +4,7 @@
 |---|---|
 | spans | until ``conversation.retention_days`` after their conversation was scored (``SqlStore.prune``) |
 | conversations, trace_conversations | pruned conversations, until ``conversations_days`` after they were scored |
-| judge_failures | while their conversation (at that revision) is pending |
+| judge_failures, judge_failure_log | while their conversation (at that revision) is pending |
 | writeback_outbox | until written back, or until its result is compacted |
 | adaptive_items | ``adaptive_items_days`` after they were generated |
 | results, result_dimensions | ``results_days``; older ones are folded into the daily aggregates first |
@@ -74,12 +74,15 @@ def apply(store: SqlStore, now: datetime, policy: RetentionPolicy) -> dict[str, 
 def _settled_failures(conn: Connection) -> int:
     """Failure counts matter only while their evaluation may still be tried: drop those of conversations that
     are no longer pending at that revision (scored, pruned, forgotten, or reopened as a newer revision)."""
-    from monitor.store.sql import conversations_table, failures_table
+    from monitor.store.sql import conversations_table, failure_log_table, failures_table
 
-    c, f = conversations_table.c, failures_table.c
-    still_pending = exists().where(and_(c.key == f.conversation_key, c.revision == f.revision,
-                                        c.status == "pending"))
-    return conn.execute(delete(failures_table).where(~still_pending)).rowcount or 0
+    removed = 0
+    for table in (failures_table, failure_log_table):
+        c, f = conversations_table.c, table.c
+        still_pending = exists().where(and_(c.key == f.conversation_key, c.revision == f.revision,
+                                            c.status == "pending"))
+        removed += conn.execute(delete(table).where(~still_pending)).rowcount or 0
+    return removed
 
 
 def _forget_conversations(conn: Connection, scored_before: float, batch: int) -> tuple[int, int]:

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 from sqlalchemy import (
     Boolean,
     Column,
+    ColumnElement,
     Connection,
     Float,
     Integer,
@@ -47,6 +48,9 @@ from monitor.errors import StoreError
 from monitor.models import EvaluationResult, SpanRecord, utc_now
 from monitor.store.base import (
     BUCKET_SECONDS,
+    Backlog,
+    CanaryRun,
+    FailedAttempt,
     LatePolicy,
     PendingConversation,
     RetentionPolicy,
@@ -110,6 +114,12 @@ results_table = Table(
     Column("score", Float),
     Column("evaluated_ts", Float, nullable=False, index=True),
     Column("payload", Text, nullable=False),  # the whole EvaluationResult as JSON
+    # Regression alerts compare results only within one (rubric version, judge model, prompt version), and by agent
+    # version for release regressions; unscored_reason tells judge errors from other unscored results.
+    Column("judge_model", Text),
+    Column("prompt_version", Text),
+    Column("agent_version", Text),
+    Column("unscored_reason", Text),
     UniqueConstraint("conversation_id", "rubric", "rubric_version", "turn_key", "revision", name="uq_result"),
 )
 dimensions_table = Table(
@@ -130,6 +140,16 @@ failures_table = Table(
     Column("revision", Integer, primary_key=True),
     Column("attempts", Integer, nullable=False),
 )
+failure_log_table = Table(
+    "judge_failure_log", metadata,
+    Column("conversation_key", Text, primary_key=True),
+    Column("rubric", String(256), primary_key=True),
+    Column("revision", Integer, primary_key=True),
+    Column("attempt", Integer, primary_key=True),
+    Column("at_ts", Float, nullable=False),
+    Column("error", Text, nullable=False),
+    Column("calls", Integer, nullable=False),
+)
 usage_table = Table(
     "judge_usage_daily", metadata,
     Column("rubric", String(256), primary_key=True),
@@ -138,6 +158,32 @@ usage_table = Table(
     Column("usd", Float, nullable=False),
 )
 
+# Regression alerts (monitor/alerts/store.py): lifecycle state per alert key, the events it emitted (transitions and
+# annotations, unique by key so a restart never emits one twice) and the notification outbox (one row per event and
+# notifier, marked when delivered, so a restart neither re-sends nor forgets).
+alert_states_table = Table(
+    "alert_states", metadata,
+    Column("key", Text, primary_key=True),
+    Column("payload", Text, nullable=False),
+    Column("updated_ts", Float, nullable=False),
+)
+alert_events_table = Table(
+    "alert_events", metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("key", Text, nullable=False, unique=True),
+    Column("kind", String(16), nullable=False),  # firing | resolved | annotation | test
+    Column("ts", Float, nullable=False, index=True),
+    Column("payload", Text, nullable=False),
+)
+notification_outbox_table = Table(
+    "notification_outbox", metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("event_id", Integer, nullable=False),
+    Column("notifier", String(128), nullable=False),
+    Column("status", String(16), nullable=False, index=True),  # pending | sent | failed | silenced
+    Column("attempts", Integer, nullable=False),
+    Column("updated_ts", Float, nullable=False),
+)
 rollups_table = Table(
     "quality_rollups", metadata,
     # Hourly sums of current results, kept in the transaction that records a result, so a rolling window is a
@@ -210,6 +256,19 @@ backfill_jobs_table = Table(
     Column("max_cost_usd", Float, nullable=False),  # the dearest evaluation so far: the next may cost as much
     Column("status", String(16), nullable=False),
     Column("updated_ts", Float, nullable=False),
+)
+
+canary_runs_table = Table(
+    "canary_runs", metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("rubric", String(256), nullable=False, index=True),
+    Column("rubric_version", Text, nullable=False),
+    Column("judge_model", Text, nullable=False),
+    Column("ran_ts", Float, nullable=False),
+    Column("judged", Integer, nullable=False),
+    Column("agreement", Float, nullable=False),
+    Column("score_shift", Float, nullable=False),
+    Column("drift", Boolean, nullable=False),
 )
 
 _CHUNK = 500
@@ -298,6 +357,10 @@ class SqlStore:
             raise
         except SQLAlchemyError as exc:
             raise StoreError(f"store {self._safe_url()}: {exc}") from exc
+
+    def transaction(self) -> AbstractContextManager[Connection]:
+        """A transaction for the tables of other features on the same database (regression alerts)."""
+        return self._tx()
 
     # ① checkpoints and spans -----------------------------------------------------------------------------------
 
@@ -480,9 +543,19 @@ class SqlStore:
                 .limit(limit))
 
     def ready_conversations(self, idle_before: datetime, started_before: datetime,
-                            limit: int | None = None) -> list[PendingConversation]:
+                            limit: int | None = None,
+                            after: tuple[datetime, str] | None = None) -> list[PendingConversation]:
+        c = conversations_table.c
+        query = (select(c.key, c.revision, c.first_span_ts, c.last_span_ts)
+                 .where(c.status == "pending")
+                 .where(self._ready(idle_before, started_before))
+                 .order_by(c.first_span_ts, c.key)
+                 .limit(limit))
+        if after is not None:
+            first, key = _ts(after[0]), after[1]
+            query = query.where((c.first_span_ts > first) | ((c.first_span_ts == first) & (c.key > key)))
         with self._tx() as conn:
-            rows = conn.execute(self._ready_query(idle_before, started_before, limit)).all()
+            rows = conn.execute(query).all()
         return [PendingConversation(r.key, r.revision, _dt(r.first_span_ts), _dt(r.last_span_ts)) for r in rows]
 
     def claim_ready(self, owner: str, lease_seconds: float, idle_before: datetime, started_before: datetime,
@@ -493,8 +566,11 @@ class SqlStore:
         unclaimed = c.claim_expires_ts.is_(None) | (c.claim_expires_ts < now)
         # FOR UPDATE SKIP LOCKED: replicas claiming at the same moment each get different conversations, without
         # waiting for one another (SQLite, one replica, ignores it).
-        query = self._ready_query(idle_before, started_before, limit).where(unclaimed).with_for_update(
-            skip_locked=True, of=conversations_table)
+        query = (select(c.key, c.revision, c.first_span_ts, c.last_span_ts)
+                 .where(c.status == "pending", self._ready(idle_before, started_before), unclaimed)
+                 .order_by(c.first_span_ts, c.key)
+                 .limit(limit)
+                 .with_for_update(skip_locked=True, of=conversations_table))
         with self._tx() as conn:
             rows = conn.execute(query).all()
             keys = [r.key for r in rows]
@@ -529,6 +605,21 @@ class SqlStore:
             rows = conn.execute(select(c.key, c.status, c.claimed_by)).all()
         return {str(r.key): (str(r.status), r.claimed_by) for r in rows}
 
+    @staticmethod
+    def _ready(idle_before: datetime, started_before: datetime) -> ColumnElement[bool]:
+        c = conversations_table.c
+        return (c.last_span_ts <= _ts(idle_before)) | (c.first_span_ts <= _ts(started_before))
+
+    def backlog(self, idle_before: datetime, started_before: datetime, future_after: datetime) -> Backlog:
+        c = conversations_table.c
+        pending = c.status == "pending"
+        with self._tx() as conn:
+            ready, oldest = conn.execute(select(func.count(), func.min(c.first_span_ts))
+                                         .where(pending, self._ready(idle_before, started_before))).one()
+            future = conn.execute(select(func.count()).where(pending, c.first_span_ts > _ts(future_after))
+                                  ).scalar_one()
+        return Backlog(int(ready), None if oldest is None else _dt(float(oldest)), int(future))
+
     def spans_of(self, key: str) -> list[SpanRecord]:
         query = (select(spans_table.c.payload).where(spans_table.c.conversation_key == key)
                  .order_by(spans_table.c.start_ts, spans_table.c.span_id))
@@ -536,11 +627,20 @@ class SqlStore:
             return [SpanRecord.model_validate_json(p) for p in conn.execute(query).scalars()]
 
     def mark_scored(self, key: str, revision: int) -> None:
+        self.mark_scored_many([(key, revision)])
+
+    def mark_scored_many(self, items: Sequence[tuple[str, int]]) -> None:
+        c = conversations_table.c
+        now = datetime.now(UTC).timestamp()
+        by_revision: dict[int, list[str]] = defaultdict(list)
+        for key, revision in items:
+            by_revision[revision].append(key)
         with self._tx() as conn:
-            conn.execute(update(conversations_table)
-                         .where(and_(conversations_table.c.key == key, conversations_table.c.revision == revision))
-                         .values(status="scored", scored_ts=self.clock().timestamp(),
-                                 claim_expires_ts=None))
+            for revision, keys in by_revision.items():
+                for start in range(0, len(keys), _CHUNK):
+                    conn.execute(update(conversations_table)
+                                 .where(c.key.in_(keys[start:start + _CHUNK]), c.revision == revision)
+                                 .values(status="scored", scored_ts=now, claim_expires_ts=None))
 
     # ④⑤ results -------------------------------------------------------------------------------------------------
 
@@ -551,6 +651,14 @@ class SqlStore:
             c.rubric_version == _text(rubric_version), c.revision == revision))
         with self._tx() as conn:
             return bool(conn.execute(query).scalar_one())
+
+    def recorded_turns(self, conversation_id: str, rubric: str, rubric_version: str, revision: int) -> set[int]:
+        c = results_table.c
+        query = select(c.turn_key).where(and_(
+            c.conversation_id == _text(conversation_id), c.rubric == rubric,
+            c.rubric_version == _text(rubric_version), c.revision == revision))
+        with self._tx() as conn:
+            return {int(turn) for turn in conn.execute(query).scalars()}
 
     def record(self, result: EvaluationResult) -> bool:
         c = results_table.c
@@ -568,7 +676,10 @@ class SqlStore:
                     conversation_id=_text(result.conversation_id), rubric=result.rubric,
                     rubric_version=_text(result.rubric_version), turn_key=turn_key, revision=result.revision,
                     current=True, agent=_text(result.agent), outcome=result.outcome, score=result.score,
-                    evaluated_ts=ts, payload=result.model_dump_json()))
+                    evaluated_ts=ts, payload=result.model_dump_json(), judge_model=_text(result.judge_model),
+                    prompt_version=result.prompt_version,
+                    agent_version=None if result.agent_version is None else _text(result.agent_version),
+                    unscored_reason=None if result.unscored_reason is None else _text(result.unscored_reason)))
                 primary_key = inserted.inserted_primary_key
                 if primary_key is None:
                     raise StoreError("store returned no id for the new result row")
@@ -649,11 +760,11 @@ class SqlStore:
         with self._tx() as conn:
             return [EvaluationResult.model_validate_json(p) for p in conn.execute(query).scalars()]
 
-    def record_failure(self, key: str, rubric: str, revision: int) -> int:
+    def record_failure(self, key: str, rubric: str, revision: int, error: str = "", calls: int = 0) -> int:
         return self._retrying(f"counting a judge failure of {key!r}",
-                              lambda: self._record_failure(key, rubric, revision))
+                              lambda: self._record_failure(key, rubric, revision, error, calls))
 
-    def _record_failure(self, key: str, rubric: str, revision: int) -> int:
+    def _record_failure(self, key: str, rubric: str, revision: int, error: str, calls: int) -> int:
         f = failures_table.c
         where = and_(f.conversation_key == key, f.rubric == rubric, f.revision == revision)
         with self._tx() as conn:
@@ -661,9 +772,21 @@ class SqlStore:
             if attempts is None:
                 conn.execute(insert(failures_table).values(conversation_key=key, rubric=rubric, revision=revision,
                                                            attempts=1))
-                return 1
-            conn.execute(update(failures_table).where(where).values(attempts=attempts + 1))
-            return int(attempts) + 1
+            else:
+                conn.execute(update(failures_table).where(where).values(attempts=attempts + 1))
+            attempt = 1 if attempts is None else int(attempts) + 1
+            conn.execute(insert(failure_log_table).values(
+                conversation_key=key, rubric=rubric, revision=revision, attempt=attempt,
+                at_ts=datetime.now(UTC).timestamp(), error=_text(error), calls=calls))
+            return attempt
+
+    def failed_attempts(self, key: str, rubric: str, revision: int) -> list[FailedAttempt]:
+        f = failure_log_table.c
+        query = (select(f.at_ts, f.error, f.calls)
+                 .where(and_(f.conversation_key == key, f.rubric == rubric, f.revision == revision))
+                 .order_by(f.attempt))
+        with self._tx() as conn:
+            return [FailedAttempt(_dt(r.at_ts), str(r.error), int(r.calls)) for r in conn.execute(query)]
 
     # budgets ---------------------------------------------------------------------------------------------------
 
@@ -777,6 +900,31 @@ class SqlStore:
                                                         created_ts=self.clock().timestamp()))
         except IntegrityError:
             pass  # generated concurrently by another evaluation: the first one stays
+
+    # judge drift canaries ------------------------------------------------------------------------------------
+
+    def record_canary_run(self, run: CanaryRun) -> None:
+        with self._tx() as conn:
+            conn.execute(insert(canary_runs_table).values(
+                rubric=run.rubric, rubric_version=run.rubric_version, judge_model=run.judge_model,
+                ran_ts=_ts(run.ran_at), judged=run.judged, agreement=run.agreement, score_shift=run.score_shift,
+                drift=run.drift))
+
+    def last_canary_runs(self) -> dict[str, CanaryRun]:
+        """The latest canary run of every rubric that has one."""
+        c = canary_runs_table.c
+        latest = select(c.rubric, func.max(c.id).label("id")).group_by(c.rubric).subquery()
+        with self._tx() as conn:
+            rows = conn.execute(select(canary_runs_table).join(latest, c.id == latest.c.id)).all()
+        return {row.rubric: CanaryRun(rubric=row.rubric, rubric_version=row.rubric_version,
+                                      judge_model=row.judge_model, ran_at=_dt(row.ran_ts), judged=row.judged,
+                                      agreement=row.agreement, score_shift=row.score_shift, drift=bool(row.drift))
+                for row in rows}
+
+    def drifting_rubrics(self) -> set[str]:
+        """Rubrics whose latest canary run found the judge drifting: their quality changes are the judge's, not
+        the agent's (the regression detector suppresses them)."""
+        return {name for name, run in self.last_canary_runs().items() if run.drift}
 
     # write-back outbox -------------------------------------------------------------------------------------------
 

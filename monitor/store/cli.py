@@ -1,9 +1,11 @@
-"""``rubric-monitor db upgrade | current | history``: the store's schema revision, from the command line."""
+"""``rubric-monitor db``: maintenance of the result store: schema revision (``upgrade``, ``current``, ``history``)
+and the hourly rollups (``rebuild-rollups``)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -11,8 +13,29 @@ from sqlalchemy import create_engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from monitor.errors import ConfigError
-from monitor.settings import load_settings
+from monitor.settings import ENV_PREFIX, load_settings
 from monitor.store import migrate
+
+
+def _cmd_rebuild_rollups(args: argparse.Namespace) -> int:
+    from monitor.app import store_url
+    from monitor.errors import StoreError
+    from monitor.store.sql import SqlStore
+
+    settings = load_settings(args.config)
+    started = time.monotonic()
+    try:
+        store = SqlStore(store_url(settings), settings.store.migrate)
+        try:
+            rows = store.rebuild_rollups()
+        finally:
+            store.close()
+    except StoreError as exc:
+        sys.stderr.write(f"rubric-monitor: {exc}\n")
+        return 1
+    sys.stdout.write(f"rebuilt {rows} hourly rollup rows from the current results in "
+                     f"{time.monotonic() - started:.1f}s; a running daemon reads them at its next start\n")
+    return 0
 
 
 def _say(line: str) -> None:
@@ -67,16 +90,21 @@ def _cmd_history(args: argparse.Namespace) -> int:
 
 
 def add_db_commands(sub: Any) -> None:
-    """Register ``db`` on the top-level subparsers of ``monitor.cli``."""
-    db = sub.add_parser("db", help="the store's schema: upgrade, current revision, history")
-    commands = db.add_subparsers(dest="db_command", required=True)
+    db = sub.add_parser("db", help="result store maintenance: schema upgrade, current revision, history, rollups")
+    db_sub = db.add_subparsers(dest="db_command", required=True)
     for name, handler, help_text in (
         ("upgrade", _cmd_upgrade, "migrate the store to this release's schema (safe to repeat)"),
         ("current", _cmd_current, "print the store's schema revision"),
         ("history", _cmd_history, "list the schema revisions this release knows"),
     ):
-        command = commands.add_parser(name, help=help_text)
-        command.add_argument("--config", type=Path, default=None, help="YAML settings file (store.url)")
+        command = db_sub.add_parser(name, help=help_text)
+        command.add_argument("--config", type=Path, default=None,
+                             help=f"YAML settings file (default: ${ENV_PREFIX}CONFIG, else built-in defaults)")
         if name == "upgrade":
             command.add_argument("--to", default="head", help="target revision (default: head)")
         command.set_defaults(handler=handler)
+    rebuild = db_sub.add_parser("rebuild-rollups",
+                                help="recompute the hourly quality rollups (windowed gauges) from the stored results")
+    rebuild.add_argument("--config", type=Path, default=None,
+                         help=f"YAML settings file (default: ${ENV_PREFIX}CONFIG, else built-in defaults)")
+    rebuild.set_defaults(handler=_cmd_rebuild_rollups)

@@ -1,0 +1,283 @@
+"""Metrics at scale: scrape time, bytes and series, end-of-cycle refresh, and the cost of recording a result.
+
+    python benchmarks/bench_scrape.py --backend sqlite --sizes 0,100000,1000000
+    python benchmarks/bench_scrape.py --backend postgres --postgres-url postgresql+psycopg://... --sizes ...
+
+100 rubrics × 20 agents × 10 dimensions, windows 1h and 24h. For each history size, the results of the last 24
+hours are inserted in bulk (results, their dimension rows), the rollups rebuilt from them
+(``SqlStore.rebuild_rollups``, the product path), then a daemon's state is built as after a restart (``startup``:
+the first read of the windows), 2,000 evaluations are recorded through the product path (one per rubric and
+agent, so every series exists), and the end-of-cycle refresh and 20 scrapes over real HTTP are timed.
+
+Recording cost: the same store is written by two ``SqlStore`` objects, one of which skips the rollup
+maintenance (what ``record`` cost before), interleaved so machine load hits both alike; the metric side compares
+the histograms it replaced (prometheus_client, as on main before) with ``QualityMetrics.record``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import io
+import json
+import random
+import statistics
+import sys
+import tempfile
+import time
+import urllib.request
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import sqlalchemy
+from prometheus_client import CollectorRegistry, Counter, Histogram
+
+from monitor.exposition import Exposition
+from monitor.health import HealthState, MonitorHTTPServer
+from monitor.metrics import MonitorMetrics
+from monitor.models import DimensionScore, EvaluationResult
+from monitor.rollups import parse_window
+from monitor.store.base import RollupKey, RollupSums
+from monitor.store.sql import SqlStore
+
+RUBRICS, AGENTS, DIMENSIONS = 100, 20, 10
+WINDOWS = ("1h", "24h")
+SCRAPES = 20
+OPENMETRICS = "application/openmetrics-text; version=1.0.0; charset=utf-8"
+_PAYLOAD = json.dumps({"reason": "x" * 200})  # a stand-in: nothing timed here reads a result's payload
+_CHUNK = 20_000
+
+
+def rubric(r: int) -> str:
+    return f"rubric-{r:03d}"
+
+
+def agent(a: int) -> str:
+    return f"agent-{a:02d}"
+
+
+def bulk_insert(store: SqlStore, size: int, now: float) -> float:
+    """``size`` results in the last 24 h with their dimension rows, straight into the tables; returns seconds."""
+    started = time.perf_counter()
+    rng = random.Random(7)
+    raw: Any = store._engine.raw_connection()
+    postgres = store._engine.dialect.name == "postgresql"
+    try:
+        cursor = raw.cursor()
+        if not postgres:
+            cursor.execute("PRAGMA synchronous=OFF")
+        next_id = 1
+        for start in range(0, size, _CHUNK):
+            results, dimensions = [], []
+            for i in range(start, min(size, start + _CHUNK)):
+                r, a = rng.randrange(RUBRICS), rng.randrange(AGENTS)
+                ts = now - rng.random() * 86400
+                scores = [rng.randint(1, 5) for _ in range(DIMENSIONS)]
+                score = sum(scores) / (5 * DIMENSIONS)
+                outcome = "pass" if score >= 0.6 else "fail"
+                results.append((next_id, f"bulk-{i}", rubric(r), "1", -1, 0, True, agent(a), outcome, score, ts,
+                                _PAYLOAD))
+                dimensions.extend((next_id, f"dim-{d}", rubric(r), "1", agent(a), s, True, ts)
+                                  for d, s in enumerate(scores))
+                next_id += 1
+            if postgres:
+                with cursor.copy("COPY results (id, conversation_id, rubric, rubric_version, turn_key, revision, "
+                                 "current, agent, outcome, score, evaluated_ts, payload) FROM STDIN") as copy:
+                    for row in results:
+                        copy.write_row(row)
+                with cursor.copy("COPY result_dimensions (result_id, dimension, rubric, rubric_version, agent, "
+                                 "score, current, evaluated_ts) FROM STDIN") as copy:
+                    for row in dimensions:
+                        copy.write_row(row)
+            else:
+                cursor.executemany("INSERT INTO results VALUES (?,?,?,?,?,?,?,?,?,?,?,?)", results)
+                cursor.executemany("INSERT INTO result_dimensions VALUES (?,?,?,?,?,?,?,?)", dimensions)
+            raw.commit()
+        if postgres and size:
+            cursor.execute("SELECT setval(pg_get_serial_sequence('results', 'id'), %s)", (next_id,))
+            cursor.execute("ANALYZE")
+            raw.commit()
+    finally:
+        raw.close()
+    return time.perf_counter() - started
+
+
+def evaluation(r: int, a: int, serial: int, at: datetime) -> EvaluationResult:
+    scores = [1 + (r + a + d + serial) % 5 for d in range(DIMENSIONS)]
+    score = sum(scores) / (5 * DIMENSIONS)
+    return EvaluationResult(
+        conversation_id=f"live-{serial}", trace_ids=(f"{serial:032x}",), agent=agent(a), rubric=rubric(r),
+        rubric_version="1", rubric_kind="weighted", judge_model="m", outcome="pass" if score >= 0.6 else "fail",
+        score=score, evaluated_at=at, reason="scripted",
+        dimension_scores=tuple(DimensionScore(id=f"dim-{d}", score=s, applicable=True, weight=1)
+                               for d, s in enumerate(scores)),
+    )
+
+
+class _WithoutRollups(SqlStore):
+    """``record`` as it was: no rollup maintenance."""
+
+    def _apply_rollup(self, conn: Any, rollup: dict[tuple[int, RollupKey], RollupSums]) -> None:
+        return None
+
+    def _note_late_changes(self, rollup: dict[tuple[int, RollupKey], RollupSums]) -> None:
+        return None
+
+
+class _OldQualityMetrics:
+    """The histograms the counters replaced, counted as ``Pipeline._record`` did on main."""
+
+    def __init__(self) -> None:
+        registry = CollectorRegistry()
+        labels = ["rubric", "rubric_version", "agent"]
+        self.evaluations = Counter("e", "", [*labels, "outcome"], registry=registry)
+        self.score = Histogram("s", "", labels, buckets=[i / 10 for i in range(1, 11)], registry=registry)
+        self.dimension = Histogram("d", "", [*labels, "dimension"], buckets=[1, 2, 3, 4, 5], registry=registry)
+
+    def record(self, result: EvaluationResult) -> None:
+        labels = (result.rubric, result.rubric_version, result.agent)
+        self.evaluations.labels(*labels, result.outcome).inc()
+        if result.score is not None and result.outcome != "unscored":
+            self.score.labels(*labels).observe(result.score)
+            for d in result.dimension_scores:
+                if d.applicable and d.score is not None:
+                    self.dimension.labels(*labels, d.id).observe(d.score)
+
+
+def record_costs(url: str, count: int) -> dict[str, float]:
+    new, old = SqlStore(url), _WithoutRollups(url)
+    new_metrics = MonitorMetrics(CollectorRegistry(), [parse_window(w) for w in WINDOWS]).quality
+    old_metrics = _OldQualityMetrics()
+    timings: dict[str, list[float]] = {"store_old": [], "store_new": [], "metrics_old": [], "metrics_new": []}
+    now = datetime.now(UTC)
+    for i in range(count):
+        done = evaluation(i % RUBRICS, (i // RUBRICS) % AGENTS, 10_000_000 + i, now)
+        which = "new" if i % 2 else "old"
+        store = new if which == "new" else old
+        started = time.perf_counter()
+        store.record(done)
+        timings[f"store_{which}"].append(time.perf_counter() - started)
+        started = time.perf_counter()
+        (new_metrics if which == "new" else old_metrics).record(done)
+        timings[f"metrics_{which}"].append(time.perf_counter() - started)
+    new.close()
+    old.close()
+    return {name: statistics.median(values) * 1000 for name, values in timings.items()}
+
+
+def get(url: str, **headers: str) -> tuple[float, bytes]:
+    request = urllib.request.Request(url, headers=headers)
+    started = time.perf_counter()
+    with urllib.request.urlopen(request, timeout=120) as response:
+        body = response.read()
+    return time.perf_counter() - started, body
+
+
+def measure(url: str, size: int, records: int) -> dict[str, Any]:
+    store = SqlStore(url)
+    now = datetime.now(UTC)
+    inserted = bulk_insert(store, size, now.timestamp())
+    started = time.perf_counter()
+    rollup_rows = store.rebuild_rollups()
+    rebuild = time.perf_counter() - started
+
+    registry = CollectorRegistry()
+    metrics = MonitorMetrics(registry, [parse_window(w) for w in WINDOWS], max_agents_per_rubric=50)
+    metrics.judge_configured("openai", "gpt-4o-mini")
+    for r in range(RUBRICS):
+        metrics.rubric_active(rubric(r))
+        metrics.rubric_info.labels(rubric(r), "1", "weighted").set(1)
+    started = time.perf_counter()
+    metrics.quality.refresh(store, now)  # after a restart: every window read from the rollups
+    startup = time.perf_counter() - started
+
+    serial = 0
+    for r in range(RUBRICS):
+        for a in range(AGENTS):
+            serial += 1
+            done = evaluation(r, a, serial, now)
+            store.record(done)
+            metrics.record_result(done)
+    refreshes = []
+    for _ in range(5):
+        started = time.perf_counter()
+        metrics.quality.refresh(store, datetime.now(UTC))
+        refreshes.append(time.perf_counter() - started)
+    started = time.perf_counter()
+    metrics.quality.windows.refresh(store, datetime.now(UTC).timestamp())
+    windows_only = time.perf_counter() - started
+    # The hour turning: the hour that entered and, per window, the hour that left are read.
+    turned = metrics.quality.windows
+    started = time.perf_counter()
+    turned.refresh(store, datetime.now(UTC).timestamp() + 3600)
+    turn = time.perf_counter() - started
+    turned.refresh(store, datetime.now(UTC).timestamp())  # back (a reload), for the scrapes below
+    metrics.quality.refresh(store, datetime.now(UTC))
+
+    server = MonitorHTTPServer("127.0.0.1", 0, Exposition(registry, metrics.quality),
+                               HealthState(interval=timedelta(seconds=60)), lambda: None)
+    server.start()
+    endpoint = "http://{}:{}/metrics".format(*server.address)
+    try:
+        text_times, body = [], b""
+        for _ in range(SCRAPES):
+            elapsed, body = get(endpoint)
+            text_times.append(elapsed)
+        om_times, om_body = [], b""
+        for _ in range(SCRAPES):
+            elapsed, om_body = get(endpoint, Accept=OPENMETRICS)
+            om_times.append(elapsed)
+        gzip_times, zipped = [], b""
+        for _ in range(SCRAPES):
+            elapsed, zipped = get(endpoint, **{"Accept-Encoding": "gzip"})
+            gzip_times.append(elapsed)
+    finally:
+        server.close()
+    assert gzip.decompress(zipped) == body
+    series = sum(1 for line in io.BytesIO(body) if line.strip() and not line.startswith(b"#"))
+    store.close()
+    return {
+        "results": size, "bulk_insert_s": round(inserted, 1), "rollup_rows": rollup_rows,
+        "rebuild_rollups_s": round(rebuild, 2), "startup_window_read_s": round(startup, 2),
+        "evaluations_recorded": records or serial,
+        "refresh_median_s": round(statistics.median(refreshes), 3), "refresh_max_s": round(max(refreshes), 3),
+        "windows_refresh_s": round(windows_only, 3), "hour_turn_refresh_s": round(turn, 3),
+        "series": series, "bytes": len(body), "openmetrics_bytes": len(om_body), "gzip_bytes": len(zipped),
+        "scrape_median_ms": round(statistics.median(text_times) * 1000, 1),
+        "scrape_max_ms": round(max(text_times) * 1000, 1),
+        "openmetrics_median_ms": round(statistics.median(om_times) * 1000, 1),
+        "gzip_median_ms": round(statistics.median(gzip_times) * 1000, 1),
+    }
+
+
+def fresh_postgres(url: str) -> str:
+    engine = sqlalchemy.create_engine(url)
+    with engine.begin() as conn:
+        conn.exec_driver_sql("DROP SCHEMA public CASCADE; CREATE SCHEMA public;")
+    engine.dispose()
+    return url
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else "")
+    parser.add_argument("--backend", choices=["sqlite", "postgres"], default="sqlite")
+    parser.add_argument("--postgres-url", default="postgresql+psycopg://postgres@127.0.0.1:55432/rm_bench")
+    parser.add_argument("--sizes", default="0,100000,1000000")
+    parser.add_argument("--record-samples", type=int, default=1000)
+    args = parser.parse_args()
+    for size in (int(s) for s in args.sizes.split(",")):
+        with tempfile.TemporaryDirectory() as tmp:
+            url = (fresh_postgres(args.postgres_url) if args.backend == "postgres"
+                   else f"sqlite:///{Path(tmp) / 'results.db'}")
+            row = measure(url, size, 0)
+            row.update({f"record_{k}_ms": round(v, 3) for k, v in record_costs(url, args.record_samples).items()})
+            row["backend"] = args.backend
+            print(json.dumps(row), flush=True)
+
+
+if __name__ == "__main__":
+    main()

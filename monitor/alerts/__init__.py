@@ -1,0 +1,1 @@
+"""Regression alerts: detector (statistics over stored results), lifecycle, notifiers, metrics and CLI."""

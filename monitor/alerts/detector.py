@@ -1,0 +1,386 @@
+"""The regression detector: pure functions from counts of stored results to verdicts.
+
+Input: for one window (say the last hour), per (rubric, agent, judge configuration, agent version), the counts of
+the **current** segment (inside the window) and of the **baseline** segment (the trailing period before it). A
+judge configuration is (rubric version, judge model, prompt version): results are only ever compared within one
+configuration, so a new judge model, prompt template or rubric version starts a new baseline (and is reported as
+an ``Annotation``) instead of reading as a regression.
+
+For each (rubric, agent) the newest configuration is tested against two baselines: ``trailing`` (the same
+configuration before the window) and, when spans carry an agent version, ``previous_version`` (the version that ran
+before the current one). Pass rates use a one-sided two-proportion z-test with a Newcombe interval; dimension
+scores (1-5, ordinal) a one-sided Mann-Whitney U test with the mean difference as the effect. Every test of the
+cycle goes through Benjamini-Hochberg at ``fdr_q``; a verdict is a regression only when it is significant **and**
+the drop is at least the minimum effect. Too few results on either side is ``no_verdict``: never an alert and
+never a recovery. A series whose results cannot be trusted (too many unscored, judge errors, source behind) is
+``cannot_judge``, which also neither fires nor resolves.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal, NamedTuple
+
+from monitor.alerts.stats import TestResult, benjamini_hochberg, mann_whitney_drop, two_proportion_drop
+
+Kind = Literal["pass_rate", "dimension_mean"]
+Baseline = Literal["trailing", "previous_version"]
+Status = Literal["regression", "ok", "no_verdict", "cannot_judge"]
+BASELINES: tuple[Baseline, ...] = ("trailing", "previous_version")
+CANNOT_JUDGE_REASONS = ("unscored", "judge_errors", "source_behind", "judge_unavailable")
+
+
+@dataclass(frozen=True, order=True)
+class JudgeConfig:
+    """What must be equal for two results to be comparable."""
+
+    rubric_version: str
+    judge_model: str
+    prompt_version: str
+
+    def describe(self) -> str:
+        return f"rubric version {self.rubric_version}, judge {self.judge_model}, prompt {self.prompt_version}"
+
+
+@dataclass
+class Counts:
+    passed: int = 0
+    failed: int = 0
+    unscored: int = 0
+    judge_errors: int = 0
+    """Unscored because the judge could not be reached (a subset of ``unscored``)."""
+    first_ts: float = float("inf")
+    last_ts: float = float("-inf")
+    dimensions: dict[str, list[int]] = field(default_factory=dict)
+    """Per dimension, how many applicable scores were 1, 2, 3, 4, 5 (index 0 is score 1)."""
+
+    @property
+    def scored(self) -> int:
+        return self.passed + self.failed
+
+    @property
+    def total(self) -> int:
+        return self.passed + self.failed + self.unscored
+
+    def add(self, other: Counts) -> None:
+        self.passed += other.passed
+        self.failed += other.failed
+        self.unscored += other.unscored
+        self.judge_errors += other.judge_errors
+        self.first_ts = min(self.first_ts, other.first_ts)
+        self.last_ts = max(self.last_ts, other.last_ts)
+        for dimension, counts in other.dimensions.items():
+            mine = self.dimensions.setdefault(dimension, [0, 0, 0, 0, 0])
+            for i, c in enumerate(counts):
+                mine[i] += c
+
+
+@dataclass(frozen=True)
+class SeriesCounts:
+    """Counts of one (rubric, agent, judge configuration, agent version) in one window."""
+
+    rubric: str
+    agent: str
+    config: JudgeConfig
+    agent_version: str | None
+    current: Counts
+    baseline: Counts
+
+
+@dataclass(frozen=True)
+class DetectorSettings:
+    min_samples: int = 30
+    """Scored evaluations (or dimension scores) needed in the current window and in the baseline for a verdict."""
+    min_effect_pass_rate: float = 0.05
+    min_effect_dimension: float = 0.25
+    fdr_q: float = 0.05
+    max_unscored_share: float = 0.2
+    max_judge_error_share: float = 0.1
+    min_total_for_cannot_judge: int = 10
+    """Below this many evaluations in the window, shares are too noisy to call the judge unhealthy."""
+
+
+class SeriesKey(NamedTuple):
+    """What one alert is about. A tuple: tens of thousands are made per cycle."""
+
+    rubric: str
+    agent: str
+    kind: Kind
+    dimension: str = ""
+    """Empty for pass_rate."""
+
+    @property
+    def id(self) -> str:
+        return "|".join((self.rubric, self.agent, self.kind, self.dimension))
+
+
+class Attribution(NamedTuple):
+    dimension: str
+    effect: float
+    current_mean: float
+    baseline_mean: float
+
+
+@dataclass(slots=True)
+class Verdict:
+    key: SeriesKey
+    baseline: Baseline
+    window: str
+    status: Status
+    config: JudgeConfig | None = None
+    current_n: int = 0
+    baseline_n: int = 0
+    current_value: float | None = None
+    baseline_value: float | None = None
+    test: TestResult | None = None
+    q_value: float | None = None
+    reasons: tuple[str, ...] = ()
+    """Why ``cannot_judge`` or ``no_verdict``."""
+    agent_version: str | None = None
+    baseline_agent_version: str | None = None
+    attribution: tuple[Attribution, ...] = ()
+    """For pass-rate verdicts: the dimensions that moved most, most negative first."""
+    window_start_ts: float = 0.0
+
+    @property
+    def effect(self) -> float | None:
+        return None if self.test is None else self.test.effect
+
+
+@dataclass(frozen=True)
+class Annotation:
+    """The judge configuration of a series changed: a new baseline starts."""
+
+    rubric: str
+    agent: str
+    previous: JudgeConfig
+    current: JudgeConfig
+
+    @property
+    def key(self) -> str:
+        return "|".join((self.rubric, self.agent, *_config_tuple(self.previous), *_config_tuple(self.current)))
+
+    @property
+    def changes(self) -> list[str]:
+        out = []
+        for name, before, after in zip(("rubric version", "judge model", "prompt version"),
+                                       _config_tuple(self.previous), _config_tuple(self.current), strict=True):
+            if before != after:
+                out.append(f"{name} {before} → {after}")
+        return out
+
+
+def _config_tuple(config: JudgeConfig) -> tuple[str, str, str]:
+    return (config.rubric_version, config.judge_model, config.prompt_version)
+
+
+@dataclass
+class Detection:
+    verdicts: list[Verdict]
+    annotations: list[Annotation]
+    cannot_judge: dict[tuple[str, str], set[str]]
+    """Per (rubric, agent) seen in any window, the reasons it cannot be judged (empty: it can)."""
+
+    def by_key(self) -> dict[SeriesKey, Verdict]:
+        """One verdict per alert key: a regression on any baseline or window wins; then ok; then the rest."""
+        rank = {"regression": 0, "cannot_judge": 1, "ok": 2, "no_verdict": 3}
+        best: dict[SeriesKey, Verdict] = {}
+        for verdict in self.verdicts:
+            held = best.get(verdict.key)
+            if held is None or (rank[verdict.status], _q(verdict)) < (rank[held.status], _q(held)):
+                best[verdict.key] = verdict
+        return best
+
+    def per_baseline(self) -> dict[tuple[SeriesKey, Baseline], Verdict]:
+        """One verdict per metric series (key, baseline): the window with the strongest evidence."""
+        rank = {"regression": 0, "ok": 1, "cannot_judge": 2, "no_verdict": 3}
+        best: dict[tuple[SeriesKey, Baseline], Verdict] = {}
+        for verdict in self.verdicts:
+            slot = (verdict.key, verdict.baseline)
+            held = best.get(slot)
+            if held is None or (rank[verdict.status], _q(verdict)) < (rank[held.status], _q(held)):
+                best[slot] = verdict
+        return best
+
+
+def _q(verdict: Verdict) -> float:
+    return 1.0 if verdict.q_value is None else verdict.q_value
+
+
+def detect(windows: Sequence[tuple[str, Sequence[SeriesCounts]]], settings: DetectorSettings,
+           global_reasons: Iterable[str] = ()) -> Detection:
+    """Verdicts for every series of every window; ``global_reasons`` (source behind, judge unavailable) make
+    every series ``cannot_judge``."""
+    verdicts: list[Verdict] = []
+    candidates: list[Verdict] = []
+    min_effects: list[float] = []
+    annotations: dict[str, Annotation] = {}
+    cannot_judge: dict[tuple[str, str], set[str]] = {}
+    shared = set(global_reasons)
+    for window, series in windows:
+        grouped: dict[tuple[str, str], list[SeriesCounts]] = defaultdict(list)
+        for item in series:
+            grouped[(item.rubric, item.agent)].append(item)
+        for (rubric, agent), items in sorted(grouped.items()):
+            reasons = shared | _cannot_judge_reasons(items, settings)
+            cannot_judge.setdefault((rubric, agent), set()).update(reasons)
+            annotation = _annotation(rubric, agent, items)
+            if annotation is not None:
+                annotations[annotation.key] = annotation
+            for verdict, min_effect in _series_tests(window, rubric, agent, items, settings):
+                if reasons:
+                    verdict.status = "cannot_judge"
+                    verdict.reasons = tuple(sorted(reasons))
+                    verdicts.append(verdict)
+                elif verdict.test is not None:
+                    candidates.append(verdict)
+                    min_effects.append(min_effect)
+                    verdicts.append(verdict)
+                else:
+                    verdicts.append(verdict)
+    adjusted = benjamini_hochberg([v.test.p_value for v in candidates if v.test is not None])
+    for verdict, min_effect, q in zip(candidates, min_effects, adjusted, strict=True):
+        assert verdict.test is not None
+        verdict.q_value = q
+        significant = q <= settings.fdr_q and verdict.test.effect <= -min_effect
+        verdict.status = "regression" if significant else "ok"
+    return Detection(verdicts, sorted(annotations.values(), key=lambda a: a.key), cannot_judge)
+
+
+def _cannot_judge_reasons(items: Sequence[SeriesCounts], settings: DetectorSettings) -> set[str]:
+    """Over the current window, every configuration together: the judge's health is not a property of one."""
+    total = sum(i.current.total for i in items)
+    reasons: set[str] = set()
+    if total < settings.min_total_for_cannot_judge:
+        return reasons
+    if sum(i.current.unscored for i in items) / total > settings.max_unscored_share:
+        reasons.add("unscored")
+    if sum(i.current.judge_errors for i in items) / total > settings.max_judge_error_share:
+        reasons.add("judge_errors")
+    return reasons
+
+
+def _newest_config(items: Sequence[SeriesCounts]) -> JudgeConfig | None:
+    """The configuration of the most recent result in the current window."""
+    live = [i for i in items if i.current.total]
+    if not live:
+        return None
+    return max(live, key=lambda i: (i.current.last_ts, i.config)).config
+
+
+def _annotation(rubric: str, agent: str, items: Sequence[SeriesCounts]) -> Annotation | None:
+    newest = _newest_config(items)
+    if newest is None:
+        return None
+    last_seen: dict[JudgeConfig, float] = {}
+    for item in items:
+        if item.config != newest:
+            seen = max(item.current.last_ts, item.baseline.last_ts)
+            last_seen[item.config] = max(last_seen.get(item.config, float("-inf")), seen)
+    if not last_seen:
+        return None
+    previous = max(last_seen, key=lambda c: (last_seen[c], c))
+    return Annotation(rubric, agent, previous, newest)
+
+
+def _series_tests(window: str, rubric: str, agent: str, items: Sequence[SeriesCounts],
+                  settings: DetectorSettings) -> Iterable[tuple[Verdict, float]]:
+    config = _newest_config(items)
+    same = [i for i in items if i.config == config]
+    dimensions = sorted({d for i in same for part in (i.current, i.baseline) for d in part.dimensions})
+    start = min((i.current.first_ts for i in same), default=0.0)
+    # Trailing: the same configuration, every agent version, before the window.
+    if len(same) == 1:
+        current, baseline = same[0].current, same[0].baseline  # the usual case: nothing to add up
+    else:
+        current, baseline = Counts(), Counts()
+        for item in same:
+            current.add(item.current)
+            baseline.add(item.baseline)
+    pairs: list[tuple[Baseline, Counts, Counts, str | None, str | None]] = [
+        ("trailing", current, baseline, None, None)]
+    # Previous version: the newest agent version in the window against the version that ran before it.
+    versioned = [i for i in same if i.agent_version is not None]
+    live = [i for i in versioned if i.current.total]
+    if live:
+        version = max(live, key=lambda i: i.current.last_ts).agent_version
+        older: dict[str | None, float] = {}
+        for item in versioned:
+            if item.agent_version != version:
+                seen = max(item.current.last_ts, item.baseline.last_ts)
+                older[item.agent_version] = max(older.get(item.agent_version, float("-inf")), seen)
+        if older:
+            previous = max(older, key=lambda v: (older[v], v or ""))
+            mine, theirs = Counts(), Counts()
+            for item in versioned:
+                if item.agent_version == version:
+                    mine.add(item.current)
+                elif item.agent_version == previous:
+                    theirs.add(item.current)
+                    theirs.add(item.baseline)
+            pairs.append(("previous_version", mine, theirs, version, previous))
+    for baseline_name, now, before, version, previous in pairs:
+
+        def blank(key: SeriesKey, baseline: Baseline = baseline_name, agent_version: str | None = version,
+                  baseline_agent_version: str | None = previous) -> Verdict:
+            return Verdict(key=key, baseline=baseline, window=window, status="no_verdict", config=config,
+                           agent_version=agent_version, baseline_agent_version=baseline_agent_version,
+                           window_start_ts=start)
+
+        dimension_verdicts = [
+            _dimension_verdict(blank(SeriesKey(rubric, agent, "dimension_mean", dimension)),
+                               now.dimensions.get(dimension), before.dimensions.get(dimension), settings)
+            for dimension in dimensions]
+        pass_rate = _pass_rate_verdict(blank(SeriesKey(rubric, agent, "pass_rate")), now, before, settings)
+        if pass_rate.test is not None:
+            pass_rate.attribution = _attribution(dimension_verdicts)
+        yield pass_rate, settings.min_effect_pass_rate
+        for verdict in dimension_verdicts:
+            yield verdict, settings.min_effect_dimension
+
+
+def _pass_rate_verdict(verdict: Verdict, now: Counts, before: Counts, settings: DetectorSettings) -> Verdict:
+    verdict.current_n, verdict.baseline_n = now.scored, before.scored
+    if now.scored:
+        verdict.current_value = now.passed / now.scored
+    if before.scored:
+        verdict.baseline_value = before.passed / before.scored
+    if now.scored < settings.min_samples or before.scored < settings.min_samples:
+        verdict.reasons = (f"too few evaluations (need {settings.min_samples} on each side)",)
+        return verdict
+    verdict.test = two_proportion_drop(now.passed, now.scored, before.passed, before.scored)
+    return verdict
+
+
+def _dimension_verdict(verdict: Verdict, now: Sequence[int] | None, before: Sequence[int] | None,
+                       settings: DetectorSettings) -> Verdict:
+    now, before = now or _NONE, before or _NONE
+    n1, n0 = sum(now), sum(before)
+    verdict.current_n, verdict.baseline_n = n1, n0
+    if n1 < settings.min_samples or n0 < settings.min_samples:
+        verdict.current_value, verdict.baseline_value = _mean(now), _mean(before)
+        verdict.reasons = (f"too few scores (need {settings.min_samples} on each side)",)
+        return verdict
+    verdict.test = test = mann_whitney_drop(now, before)
+    verdict.baseline_value = baseline = _mean(before)
+    verdict.current_value = None if baseline is None else baseline + test.effect
+    return verdict
+
+
+_NONE = (0, 0, 0, 0, 0)
+
+
+def _mean(counts: Sequence[int]) -> float | None:
+    c1, c2, c3, c4, c5 = counts
+    n = c1 + c2 + c3 + c4 + c5
+    return None if n == 0 else (c1 + 2 * c2 + 3 * c3 + 4 * c4 + 5 * c5) / n
+
+
+def _attribution(dimensions: Sequence[Verdict], top: int = 3) -> tuple[Attribution, ...]:
+    """The dimensions whose mean fell most, from this cycle's dimension verdicts of the same series."""
+    moved = [Attribution(v.key.dimension, v.current_value - v.baseline_value, v.current_value, v.baseline_value)
+             for v in dimensions if v.current_value is not None and v.baseline_value is not None]
+    moved.sort(key=lambda a: (a.effect, a.dimension))
+    return tuple(a for a in moved[:top] if a.effect < 0)

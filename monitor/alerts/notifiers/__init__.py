@@ -1,0 +1,1 @@
+"""Notifiers: Alertmanager API v2, Slack, Microsoft Teams, signed JSON webhook, and an in-memory one for tests."""

@@ -1,0 +1,51 @@
+"""Microsoft Teams through a Workflows webhook ("When a Teams webhook request is received"): a message with one
+Adaptive Card attachment."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from monitor.alerts.notifiers.base import post
+
+_COLOR = {"firing": "Attention", "resolved": "Good", "annotation": "Accent", "test": "Default"}
+
+
+class TeamsNotifier:
+    def __init__(self, name: str, url: str, timeout: float, events: tuple[str, ...]) -> None:
+        self.name = name
+        self._url = url
+        self._timeout = timeout
+        self._events = events
+
+    def accepts(self, kind: str) -> bool:
+        return kind in self._events
+
+    def payload(self, event: dict[str, Any]) -> dict[str, Any]:
+        details = event.get("details") or {}
+        facts = [{"title": k.replace("_", " "), "value": str(details[k])}
+                 for k in ("window", "baseline", "current_samples", "baseline_samples", "judge_model")
+                 if details.get(k) is not None]
+        body: list[dict[str, Any]] = [
+            {"type": "TextBlock", "text": event["summary"], "weight": "Bolder", "size": "Medium", "wrap": True,
+             "color": _COLOR.get(event["kind"], "Default")},
+            {"type": "TextBlock", "text": event["description"], "wrap": True},
+        ]
+        if facts:
+            body.append({"type": "FactSet", "facts": facts})
+        actions = []
+        for example in event.get("examples") or []:
+            text = f"{example['conversation_id']} (operation_Id {example['operation_id']})"
+            body.append({"type": "TextBlock", "text": text, "wrap": True, "isSubtle": True})
+            if example.get("link"):
+                actions.append({"type": "Action.OpenUrl", "title": f"Open {example['conversation_id']}"[:40],
+                                "url": example["link"]})
+        if event.get("generator_url"):
+            actions.append({"type": "Action.OpenUrl", "title": "rubric-monitor", "url": event["generator_url"]})
+        card = {"$schema": "http://adaptivecards.io/schemas/adaptive-card.json", "type": "AdaptiveCard",
+                "version": "1.4", "body": body, "actions": actions[:6]}
+        return {"type": "message", "attachments": [
+            {"contentType": "application/vnd.microsoft.card.adaptive", "contentUrl": None, "content": card}]}
+
+    def send(self, event: dict[str, Any]) -> None:
+        post(self._url, json.dumps(self.payload(event)).encode(), {}, self._timeout)

@@ -1,0 +1,124 @@
+"""The statistics of the detector, in pure Python (no SciPy): normal tail, Wilson / Newcombe intervals, the
+two-proportion test, Mann-Whitney U on 1-5 scores from their counts, and Benjamini-Hochberg.
+
+Everything works on counts, not on lists of observations: a pass rate is (passed, n) and a dimension is the count of
+each score 1..5, so one test costs the same for 20 evaluations or 2 million.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import NamedTuple
+
+Z95 = 1.959963984540054
+"""Two-sided 95 % normal quantile: the intervals shown in alerts are 95 % intervals."""
+
+
+def normal_sf(z: float) -> float:
+    """P(Z > z) for a standard normal Z."""
+    return 0.5 * math.erfc(z / math.sqrt(2.0))
+
+
+def wilson_interval(successes: int, n: int, z: float = Z95) -> tuple[float, float]:
+    """Wilson score interval of a proportion; (0, 1) when n is 0."""
+    if n <= 0:
+        return 0.0, 1.0
+    p = successes / n
+    denominator = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denominator
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denominator
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def newcombe_interval(x1: int, n1: int, x0: int, n0: int, z: float = Z95) -> tuple[float, float]:
+    """Newcombe's hybrid score interval (method 10) for p1 - p0: good coverage at small n and near 0 or 1, where
+    the Wald interval is too narrow."""
+    p1, p0 = x1 / n1, x0 / n0
+    l1, u1 = wilson_interval(x1, n1, z)
+    l0, u0 = wilson_interval(x0, n0, z)
+    difference = p1 - p0
+    lower = difference - math.sqrt((p1 - l1) ** 2 + (u0 - p0) ** 2)
+    upper = difference + math.sqrt((u1 - p1) ** 2 + (p0 - l0) ** 2)
+    return lower, upper
+
+
+class TestResult(NamedTuple):
+    effect: float
+    """Current minus baseline: pass-rate points (0..1) or mean score points (1..5 scale)."""
+    p_value: float
+    """One-sided: the probability of a drop at least this large if nothing changed."""
+    low: float
+    high: float
+    """95 % interval of the effect."""
+
+
+def two_proportion_drop(x1: int, n1: int, x0: int, n0: int) -> TestResult:
+    """One-sided pooled z-test that the current proportion x1/n1 is below the baseline x0/n0."""
+    p1, p0 = x1 / n1, x0 / n0
+    pooled = (x1 + x0) / (n1 + n0)
+    variance = pooled * (1 - pooled) * (1 / n1 + 1 / n0)
+    low, high = newcombe_interval(x1, n1, x0, n0)
+    if variance <= 0:
+        # Both all-pass or both all-fail: no evidence of anything.
+        return TestResult(p1 - p0, 1.0 if p1 >= p0 else 0.0, low, high)
+    # Yates' continuity correction towards "no drop": without it the normal approximation is anti-conservative for
+    # small windows with pass rates near 1 (6.5 % false alerts at n=60, p=0.9 for a nominal 5 %).
+    difference, correction = p1 - p0, 0.5 * (1 / n1 + 1 / n0)
+    shrunk = difference + correction if difference < -correction else (
+        difference - correction if difference > correction else 0.0)
+    return TestResult(difference, normal_sf(-shrunk / math.sqrt(variance)), low, high)
+
+
+def mann_whitney_u(current: Sequence[int], baseline: Sequence[int]) -> float:
+    """U of the current sample from score counts: pairs where current > baseline, ties counting one half."""
+    below = 0
+    u = 0.0
+    for c, b in zip(current, baseline, strict=True):
+        u += c * (below + 0.5 * b)
+        below += b
+    return u
+
+
+def mann_whitney_drop(current: Sequence[int], baseline: Sequence[int]) -> TestResult:
+    """One-sided Mann-Whitney U test that current scores are stochastically lower than baseline ones, from the
+    counts of scores 1..5 (index 0 is score 1), with the normal approximation and the tie correction (1-5 scores
+    are mostly ties). The effect and its interval are on the mean score, which is what dashboards show.
+
+    Unrolled over the five scores: it runs for every dimension of every series in every cycle."""
+    c1, c2, c3, c4, c5 = current
+    b1, b2, b3, b4, b5 = baseline
+    n1 = c1 + c2 + c3 + c4 + c5
+    n0 = b1 + b2 + b3 + b4 + b5
+    mean1 = (c1 + 2 * c2 + 3 * c3 + 4 * c4 + 5 * c5) / n1
+    mean0 = (b1 + 2 * b2 + 3 * b3 + 4 * b4 + 5 * b5) / n0
+    var1 = max(0.0, (c1 + 4 * c2 + 9 * c3 + 16 * c4 + 25 * c5 - n1 * mean1 * mean1) / max(1, n1 - 1))
+    var0 = max(0.0, (b1 + 4 * b2 + 9 * b3 + 16 * b4 + 25 * b5 - n0 * mean0 * mean0) / max(1, n0 - 1))
+    # U of the current sample: pairs where current > baseline, ties counting one half.
+    u = (c1 * 0.5 * b1 + c2 * (b1 + 0.5 * b2) + c3 * (b1 + b2 + 0.5 * b3) + c4 * (b1 + b2 + b3 + 0.5 * b4)
+         + c5 * (b1 + b2 + b3 + b4 + 0.5 * b5))
+    total = n1 + n0
+    t1, t2, t3, t4, t5 = c1 + b1, c2 + b2, c3 + b3, c4 + b4, c5 + b5
+    ties = (t1 * t1 - 1) * t1 + (t2 * t2 - 1) * t2 + (t3 * t3 - 1) * t3 + (t4 * t4 - 1) * t4 + (t5 * t5 - 1) * t5
+    variance = n1 * n0 / 12 * ((total + 1) - ties / (total * (total - 1)))
+    standard_error = math.sqrt(var1 / n1 + var0 / n0)
+    effect = mean1 - mean0
+    low, high = effect - Z95 * standard_error, effect + Z95 * standard_error
+    if variance <= 0:
+        return TestResult(effect, 1.0 if effect >= 0 else 0.0, low, high)
+    # Continuity correction of one half towards "no drop".
+    z = (u - n1 * n0 / 2 + 0.5) / math.sqrt(variance)
+    return TestResult(effect, normal_sf(-z), low, high)
+
+
+def benjamini_hochberg(p_values: Sequence[float]) -> list[float]:
+    """Adjusted p-values (q-values): reject where adjusted <= q keeps the expected false discovery rate <= q."""
+    m = len(p_values)
+    order = sorted(range(m), key=lambda i: p_values[i])
+    adjusted = [1.0] * m
+    running = 1.0
+    for rank in range(m, 0, -1):
+        index = order[rank - 1]
+        running = min(running, p_values[index] * m / rank)
+        adjusted[index] = min(1.0, running)
+    return adjusted

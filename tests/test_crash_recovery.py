@@ -1,0 +1,146 @@
+"""The daemon killed with SIGKILL at random points while it scores turn by turn: after restarts every expected
+(conversation, rubric, version, turn) result is recorded exactly once, on SQLite and on PostgreSQL.
+
+A subprocess test, bounded: a fixed number of kills (each after a random number of judge calls), then one
+clean run until every expected row is there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import sqlalchemy
+import yaml
+
+from monitor.cli import read_conversations
+from monitor.evaluators.views import reply_indices
+from monitor.otlp import spans_to_otlp_document
+from tests.conftest import REPO
+from tests.fakes.openai_server import Recorded, Reply, ScriptedOpenAIServer
+from tests.helpers import SEED_PASS_SCORES, judge_config, verdict, write_config
+from tests.test_daemon import Daemon, free_port, wait_for
+from tools.chat_to_otlp import chat_record_to_spans
+
+POSTGRES_URL = os.environ.get("RUBRIC_MONITOR_TEST_POSTGRES_URL")
+KILLS = 5
+CONVERSATIONS = 4
+TURNS = 12
+
+
+def chat(index: int) -> dict[str, object]:
+    messages: list[dict[str, object]] = [{"role": "system", "content": "You book tables at Trattoria Nova."}]
+    for turn in range(TURNS):
+        messages.append({"role": "user", "content": f"conversation {index} question {turn}"})
+        messages.append({"role": "assistant", "content": f"conversation {index} answer {turn}"})
+    return {"id": f"conv-{index}", "agent": "reservation-assistant", "messages": messages}
+
+
+def write_traces(path: Path) -> None:
+    with path.open("w", encoding="utf-8") as out:
+        for index in range(CONVERSATIONS):
+            document = spans_to_otlp_document(chat_record_to_spans(chat(index), index))
+            out.write(json.dumps(document, separators=(",", ":")) + "\n")
+
+
+def fresh_postgres(url: str) -> str:
+    engine = sqlalchemy.create_engine(url)
+    with engine.begin() as conn:
+        conn.exec_driver_sql("DROP SCHEMA public CASCADE; CREATE SCHEMA public;")
+    engine.dispose()
+    return url
+
+
+class Rows:
+    """Reads the results table, through one engine (the test polls it every few milliseconds)."""
+
+    def __init__(self, url: str) -> None:
+        self.engine = sqlalchemy.create_engine(url)
+
+    def all(self) -> list[tuple[str, str, str, int]]:
+        try:
+            with self.engine.connect() as conn:
+                rows = conn.exec_driver_sql(
+                    "select conversation_id, rubric, rubric_version, turn_key from results").all()
+        except sqlalchemy.exc.DBAPIError:
+            return []  # no table yet (the first run was killed before creating it), or a write lock
+        return [(str(r[0]), str(r[1]), str(r[2]), int(r[3])) for r in rows]
+
+    def partly_recorded(self) -> bool:
+        """Some but not all of a conversation's turns are recorded: the moment a crash used to lose the rest."""
+        per_conversation = Counter(row[0] for row in set(self.all()))
+        return any(0 < count < TURNS for count in per_conversation.values())
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_kill_9_during_turn_level_scoring_loses_and_doubles_nothing(tmp_path: Path, backend: str) -> None:
+    if backend == "postgres":
+        if not POSTGRES_URL:
+            if os.environ.get("RUBRIC_MONITOR_REQUIRE_TOOLS") == "1":
+                pytest.fail("CI must provide RUBRIC_MONITOR_TEST_POSTGRES_URL")
+            pytest.skip("no PostgreSQL (set RUBRIC_MONITOR_TEST_POSTGRES_URL)")
+        url = fresh_postgres(POSTGRES_URL)
+    else:
+        url = f"sqlite:///{tmp_path / 'results.db'}"
+    (tmp_path / "traces").mkdir()
+    write_traces(tmp_path / "traces" / "chats.jsonl")
+    (tmp_path / "rubrics").mkdir()
+    rubric = yaml.safe_load((REPO / "examples" / "rubrics" / "restaurant-reservation.yaml").read_text())
+    rubric.update(evaluation_level="turn", version="v1")
+    (tmp_path / "rubrics" / "turns.yaml").write_text(yaml.safe_dump(rubric))
+    rows = Rows(url)
+    expected = {(c.id, "restaurant-reservation", "v1", turn)
+                for c in read_conversations(tmp_path / "traces" / "chats.jsonl") for turn in reply_indices(c)}
+    assert len(expected) == CONVERSATIONS * TURNS
+
+    def slow_verdict(request: Recorded) -> Reply:
+        reply = verdict(request, SEED_PASS_SCORES)
+        reply.delay = 0.02
+        return reply
+
+    chooser = random.Random(8)
+    port = free_port()
+    with ScriptedOpenAIServer(slow_verdict) as judge:
+        config = write_config(tmp_path / "config.yaml", judge_config(
+            judge.base_url,
+            source={"kind": "otlp_file", "path": str(tmp_path / "traces")},
+            rubrics={"directory": str(tmp_path / "rubrics")},
+            store={"url": url},
+            metrics={"host": "127.0.0.1", "port": port},
+            judge={"concurrency": 2},
+            interval_seconds=1,
+        ))
+        kills = 0
+        while kills < KILLS and len(set(rows.all())) < len(expected):
+            daemon = Daemon(config, tmp_path, port)
+            target = judge.count + chooser.randint(TURNS, 3 * TURNS)
+            try:
+                # Killed after a random number of judge calls, or sooner: the moment some but not all of a
+                # conversation's turns are recorded (the window a crash used to lose for good).
+                deadline = time.monotonic() + 60
+                while judge.count < target and not rows.partly_recorded() and daemon.process.poll() is None:
+                    assert time.monotonic() < deadline, "the daemon made no judge call in 60s"
+                    time.sleep(0.002)
+            finally:
+                daemon.process.send_signal(signal.SIGKILL)
+                daemon.process.wait(timeout=30)
+            kills += 1
+        assert kills >= 3, "the rows were all recorded before the daemon could be killed a few times"
+
+        daemon = Daemon(config, tmp_path, port)
+        try:
+            wait_for(lambda: set(rows.all()) >= expected, 90, "every expected turn result")
+            time.sleep(2.5)  # two more cycles: nothing more, nothing doubled
+        finally:
+            assert daemon.stop() == 0, daemon.log.read_text()[-3000:]
+    final = rows.all()
+    rows.engine.dispose()
+    doubled = [row for row, count in Counter(final).items() if count > 1]
+    assert doubled == []
+    assert set(final) == expected, f"missing: {sorted(expected - set(final))}"
