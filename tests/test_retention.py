@@ -71,8 +71,8 @@ def test_every_table_is_bounded_and_old_results_fold_into_daily_aggregates(store
     store.add_usage("r", DAY0.date(), 100, 0.5)
     policy = RetentionPolicy(results_days=90, conversations_days=90, adaptive_items_days=30, aggregates_days=730)
 
-    assert store.retain(DAY0, policy) == {"judge_failures": 1}
-    assert rows(store, "judge_failures") == 1
+    assert store.retain(DAY0, policy) == {"judge_failures": 1, "judge_failure_log": 1}
+    assert rows(store, "judge_failures") == 1 and rows(store, "judge_failure_log") == 1
 
     clock[0] = DAY0 + timedelta(days=31)
     store.prune(DAY0 + timedelta(days=1))  # spans of a, b, c (scored at DAY0) go after conversation.retention_days

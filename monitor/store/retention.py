@@ -45,7 +45,8 @@ def apply(store: SqlStore, now: datetime, policy: RetentionPolicy) -> dict[str, 
             return removed
         ts = now.timestamp()
         with store._tx() as conn:
-            count("judge_failures", _settled_failures(conn))
+            for name, rows in _settled_failures(conn).items():
+                count(name, rows)
             outbox = sql.outbox_table
             count("writeback_outbox", conn.execute(delete(outbox).where(
                 ~exists().where(sql.results_table.c.id == outbox.c.result_id))).rowcount or 0)
@@ -63,25 +64,26 @@ def apply(store: SqlStore, now: datetime, policy: RetentionPolicy) -> dict[str, 
         if policy.aggregates_days is not None:
             cutoff = ts - policy.aggregates_days * DAY
             with store._tx() as conn:
-                for table in (sql.compacted_results_table, sql.compacted_dimensions_table):
-                    count(table.name, conn.execute(delete(table).where(table.c.day_ts < cutoff)).rowcount or 0)
+                for compacted_table in (sql.compacted_results_table, sql.compacted_dimensions_table):
+                    count(compacted_table.name, conn.execute(delete(compacted_table).where(
+                        compacted_table.c.day_ts < cutoff)).rowcount or 0)
                 oldest_day = datetime.fromtimestamp(max(cutoff, 0), UTC).date().isoformat()
                 count("judge_usage_daily", conn.execute(delete(sql.usage_table).where(
                     sql.usage_table.c.day < oldest_day)).rowcount or 0)
     return removed
 
 
-def _settled_failures(conn: Connection) -> int:
+def _settled_failures(conn: Connection) -> dict[str, int]:
     """Failure counts matter only while their evaluation may still be tried: drop those of conversations that
     are no longer pending at that revision (scored, pruned, forgotten, or reopened as a newer revision)."""
     from monitor.store.sql import conversations_table, failure_log_table, failures_table
 
-    removed = 0
+    removed: dict[str, int] = {}
     for table in (failures_table, failure_log_table):
         c, f = conversations_table.c, table.c
         still_pending = exists().where(and_(c.key == f.conversation_key, c.revision == f.revision,
                                             c.status == "pending"))
-        removed += conn.execute(delete(table).where(~still_pending)).rowcount or 0
+        removed[table.name] = conn.execute(delete(table).where(~still_pending)).rowcount or 0
     return removed
 
 

@@ -631,7 +631,7 @@ class SqlStore:
 
     def mark_scored_many(self, items: Sequence[tuple[str, int]]) -> None:
         c = conversations_table.c
-        now = datetime.now(UTC).timestamp()
+        now = self.clock().timestamp()
         by_revision: dict[int, list[str]] = defaultdict(list)
         for key, revision in items:
             by_revision[revision].append(key)
@@ -777,7 +777,7 @@ class SqlStore:
             attempt = 1 if attempts is None else int(attempts) + 1
             conn.execute(insert(failure_log_table).values(
                 conversation_key=key, rubric=rubric, revision=revision, attempt=attempt,
-                at_ts=datetime.now(UTC).timestamp(), error=_text(error), calls=calls))
+                at_ts=self.clock().timestamp(), error=_text(error), calls=calls))
             return attempt
 
     def failed_attempts(self, key: str, rubric: str, revision: int) -> list[FailedAttempt]:
