@@ -3,7 +3,8 @@
 Each step is ``--step-hours`` of simulated time in which ``--per-step`` conversations arrive (3 spans each), are
 claimed, scored (a weighted result with 6 dimension scores, judge usage charged), marked scored, and some leave a
 judge failure or cached adaptive items behind; then the store's own housekeeping runs as the daemon's cycle runs
-it (``prune`` for spans after ``conversation.retention_days``, then ``retain`` with the retention policy). Every
+it (``prune`` for spans after ``conversation.retention_days``, ``retain`` with the retention policy, and the hourly
+rollups pruned past the longest window plus a week). Every
 ``--report-days`` the database size and the row count of each table are printed. With retention the size levels
 off once the oldest rows start to go; ``--no-retention`` shows the growth without it.
 
@@ -25,11 +26,13 @@ import sqlalchemy
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from monitor.models import DimensionScore, EvaluationResult, SpanRecord
+from monitor.rollups import KEEP_EXTRA_HOURS
 from monitor.store import SqlStore
-from monitor.store.base import RetentionPolicy
+from monitor.store.base import BUCKET_SECONDS, RetentionPolicy, bucket_of
 
 TABLES = ("spans", "conversations", "trace_conversations", "results", "result_dimensions", "judge_failures",
-          "adaptive_items", "compacted_results", "compacted_dimensions", "judge_usage_daily")
+          "judge_failure_log", "adaptive_items", "compacted_results", "compacted_dimensions", "quality_rollups",
+          "judge_usage_daily")
 START = datetime(2026, 1, 1, tzinfo=UTC)
 
 
@@ -128,6 +131,8 @@ def main() -> int:
             if not args.no_retention:
                 store.prune(now - timedelta(days=args.span_days))
                 store.retain(now, policy)
+                # The daemon's rollup pruning (monitor/rollups.py): the longest default window (7d) plus a week.
+                store.prune_rollups(bucket_of(now.timestamp()) - (7 * 24 + KEEP_EXTRA_HOURS) * BUCKET_SECONDS)
             if number % int(args.report_days * per_day) == 0:
                 found = counts(store)
                 size = size_bytes(store, path) / 2**20
