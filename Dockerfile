@@ -48,6 +48,7 @@ LABEL org.opencontainers.image.title="rubric-monitor" \
 # hadolint ignore=DL3008
 RUN apt-get update \
  && apt-get install -y --no-install-recommends libgomp1 \
+ && apt-get clean \
  && rm -rf /var/lib/apt/lists/* \
  && groupadd --system --gid 10001 rubric-monitor \
  && useradd --system --uid 10001 --gid 10001 --groups 0 --home-dir /var/lib/rubric-monitor --no-create-home \
@@ -63,8 +64,8 @@ ENV PATH=/opt/rubric-monitor/bin:${PATH} \
     XDG_CACHE_HOME=/var/lib/rubric-monitor/.cache \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1
+# No VOLUME: Kubernetes ignores it, and an anonymous volume would hide a mount there from some runtimes.
 WORKDIR /var/lib/rubric-monitor
-VOLUME ["/var/lib/rubric-monitor"]
 EXPOSE 9464
 USER 10001:10001
 ENTRYPOINT ["rubric-monitor", "run"]

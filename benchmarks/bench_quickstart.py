@@ -1,6 +1,9 @@
 """One daemon cycle on the quick-start defaults: bundled sample traces, SQLite, the embedded SmolLM2 judge.
 
-    python -m benchmarks.bench_quickstart [--cycles 1]
+    python -m benchmarks.bench_quickstart [--cycles 1] [--burn 4]
+
+``--burn N`` runs N CPU-bound processes beside it for the whole run (a busy machine); the load average at the
+start and the end is reported either way.
 
 Reports seconds per cycle, judge calls per conversation, and prompt tokens read per call (llama.cpp reuses the
 cached prefix: instructions and rubric come before the conversation, so only the first call reads them).
@@ -10,7 +13,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -56,8 +62,21 @@ def run(cycles: int) -> dict[str, object]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--cycles", type=int, default=1)
+    parser.add_argument("--burn", type=int, default=0, help="CPU burner processes beside the run")
     args = parser.parse_args()
-    print(json.dumps(run(args.cycles), indent=1))
+    # Bounded: each burner stops by itself after 15 minutes even if this script is killed.
+    burner = "import time\nend = time.monotonic() + 900\nwhile time.monotonic() < end: pass"
+    burners = [subprocess.Popen([sys.executable, "-c", burner]) for _ in range(args.burn)]
+    try:
+        load_before = os.getloadavg()[0]
+        result = run(args.cycles)
+        result.update(burners=args.burn, load_average_1m_before=round(load_before, 1),
+                      load_average_1m_after=round(os.getloadavg()[0], 1), cpus=os.cpu_count())
+    finally:
+        for process in burners:
+            process.kill()
+            process.wait()
+    print(json.dumps(result, indent=1))
 
 
 if __name__ == "__main__":

@@ -202,11 +202,12 @@ def measure(url: str, size: int, records: int) -> dict[str, Any]:
             done = evaluation(r, a, serial, now)
             store.record(done)
             metrics.record_result(done)
-    refreshes = []
+    refreshes, refresh_cpu = [], []
     for _ in range(5):
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         metrics.quality.refresh(store, datetime.now(UTC))
         refreshes.append(time.perf_counter() - started)
+        refresh_cpu.append(time.process_time() - cpu)
     started = time.perf_counter()
     metrics.quality.windows.refresh(store, datetime.now(UTC).timestamp())
     windows_only = time.perf_counter() - started
@@ -218,8 +219,16 @@ def measure(url: str, size: int, records: int) -> dict[str, Any]:
     turned.refresh(store, datetime.now(UTC).timestamp())  # back (a reload), for the scrapes below
     metrics.quality.refresh(store, datetime.now(UTC))
 
-    server = MonitorHTTPServer("127.0.0.1", 0, Exposition(registry, metrics.quality),
-                               HealthState(interval=timedelta(seconds=60)), lambda: None)
+    exposition = Exposition(registry, metrics.quality)
+    scrape_cpu: dict[str, list[float]] = {"text": [], "openmetrics": [], "gzip": []}
+    for _ in range(SCRAPES):  # the server's own work, in CPU time: what machine load does not inflate
+        for kind, accept, encoding in (("text", "", ""), ("openmetrics", OPENMETRICS, ""),
+                                       ("gzip", OPENMETRICS, "gzip")):
+            cpu = time.process_time()
+            exposition.scrape(accept, encoding)
+            scrape_cpu[kind].append(time.process_time() - cpu)
+    server = MonitorHTTPServer("127.0.0.1", 0, exposition, HealthState(interval=timedelta(seconds=60)),
+                               lambda: None)
     server.start()
     endpoint = "http://{}:{}/metrics".format(*server.address)
     try:
@@ -245,6 +254,8 @@ def measure(url: str, size: int, records: int) -> dict[str, Any]:
         "rebuild_rollups_s": round(rebuild, 2), "startup_window_read_s": round(startup, 2),
         "evaluations_recorded": records or serial,
         "refresh_median_s": round(statistics.median(refreshes), 3), "refresh_max_s": round(max(refreshes), 3),
+        "refresh_cpu_median_s": round(statistics.median(refresh_cpu), 3),
+        **{f"scrape_cpu_{k}_median_ms": round(statistics.median(v) * 1000, 2) for k, v in scrape_cpu.items()},
         "windows_refresh_s": round(windows_only, 3), "hour_turn_refresh_s": round(turn, 3),
         "series": series, "bytes": len(body), "openmetrics_bytes": len(om_body), "gzip_bytes": len(zipped),
         "scrape_median_ms": round(statistics.median(text_times) * 1000, 1),
@@ -268,12 +279,13 @@ def main() -> None:
     parser.add_argument("--postgres-url", default="postgresql+psycopg://postgres@127.0.0.1:55432/rm_bench")
     parser.add_argument("--sizes", default="0,100000,1000000")
     parser.add_argument("--record-samples", type=int, default=1000)
+    parser.add_argument("--record-only", action="store_true", help="only the recording cost, on an empty store")
     args = parser.parse_args()
     for size in (int(s) for s in args.sizes.split(",")):
         with tempfile.TemporaryDirectory() as tmp:
             url = (fresh_postgres(args.postgres_url) if args.backend == "postgres"
                    else f"sqlite:///{Path(tmp) / 'results.db'}")
-            row = measure(url, size, 0)
+            row = {"results": 0} if args.record_only else measure(url, size, 0)
             row.update({f"record_{k}_ms": round(v, 3) for k, v in record_costs(url, args.record_samples).items()})
             row["backend"] = args.backend
             print(json.dumps(row), flush=True)

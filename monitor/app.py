@@ -75,6 +75,15 @@ def build_judge(settings: JudgeSettings, metrics: MonitorMetrics) -> Judge:
     return OpenAIJudge(settings, metrics)
 
 
+def effective_judge_settings(settings: JudgeSettings) -> JudgeSettings:
+    """The settings evaluations run with: the embedded judge overrides some (one call at a time, its window)."""
+    if settings.kind == "local":
+        from monitor.judge.local import local_judge_settings
+
+        return local_judge_settings(settings)
+    return settings
+
+
 def build_evaluators(cache_size: int, item_store: ItemStore | None = None) -> dict[str, Evaluator]:
     items = PersistentItemCache(item_store, cache_size) if item_store else InMemoryItemCache(cache_size)
     evaluators: list[Evaluator] = [
@@ -224,6 +233,8 @@ class Monitor:
     store: SqlStore
     alerts: AlertService | None = None
     canaries: CanaryRunner | None = None
+    next_steps: str | None = None
+    """Said once, after the first cycle that recorded a verdict: where to look at what the daemon did."""
     single_replica: SingleReplicaLock | None = None
     writeback: WriteBack | None = None
 
@@ -259,6 +270,9 @@ class Monitor:
             dict(report.skipped), report.judge_calls, elapsed, "" if report.ok else f", failures: {report.failures}",
         )
         self._run_alerts()
+        if report.evaluations and self.next_steps:
+            log.info("%s", self.next_steps)
+            self.next_steps = None
         return report
 
     def _run_alerts(self) -> None:
@@ -330,11 +344,7 @@ def build_monitor(settings: Settings, registry: CollectorRegistry | None = None)
     if embedded_warning:
         log.warning("%s", embedded_warning)
     delay = settings.source.ingestion_delay_seconds if settings.source.kind == "app_insights" else 0.0
-    judge_settings = settings.judge
-    if judge_settings.kind == "local":
-        from monitor.judge.local import local_judge_settings
-
-        judge_settings = local_judge_settings(judge_settings)
+    judge_settings = effective_judge_settings(settings.judge)
     evaluators = build_evaluators(settings.judge.cache_size, store)
     pipeline = Pipeline(
         source=source,
@@ -437,12 +447,13 @@ def readiness_problem(monitor: Monitor) -> str | None:
     return None if source is None else f"source {monitor.pipeline.source.name}: {source}"
 
 
-def run_daemon(settings: Settings, once: bool = False) -> int:
+def run_daemon(settings: Settings, once: bool = False, results_command: str = "rubric-monitor results") -> int:
     """Run until SIGTERM/SIGINT (exit 0), or one cycle with ``once`` (exit 1 if the cycle failed).
 
     A signal at any point exits 0: during start-up before the first cycle; later the cycle in flight starts no
     new evaluation, and judge calls still in flight after ``shutdown_grace_seconds`` are abandoned (their
-    evaluations stay pending)."""
+    evaluations stay pending); a second signal exits at once (``shutdown``). ``results_command`` is how the user
+    who started the daemon lists its results, told after the first verdict."""
     from monitor import shutdown
 
     shutdown.install()
@@ -462,6 +473,8 @@ def run_daemon(settings: Settings, once: bool = False) -> int:
     server.start()
     host, port = server.address
     log.info("metrics on http://%s:%d/metrics", host, port)
+    monitor.next_steps = (f"next: the metrics are at http://{host}:{port}/metrics; list the verdicts with "
+                          f"`{results_command}`, one in full with `{results_command} show CONVERSATION`")
     try:
         if once:
             return 0 if monitor.run_cycle().ok else 1
@@ -483,7 +496,8 @@ def _serve(monitor: Monitor, interval: float, grace: float) -> int:
     scheduler.start()
     while not stopping.wait(1.0):
         pass
-    log.info("stop requested: finishing the evaluations in flight (at most %gs), then exiting", grace)
+    log.info("stop requested: finishing the evaluations in flight (at most %gs), then exiting; send the signal "
+             "again (Ctrl-C) to exit at once", grace)
     # The cycle in flight starts no new evaluation and abandons its judge calls after the grace period; a
     # source query cannot be cancelled that way, so past the grace period (and a margin to record what
     # finished) the process exits without it.

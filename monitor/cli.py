@@ -10,6 +10,8 @@ import argparse
 import asyncio
 import json
 import logging
+import os
+import shlex
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -24,12 +26,41 @@ from monitor.settings import ENV_PREFIX, Settings, load_settings
 
 log = logging.getLogger("monitor")
 
+EXIT_CODES = ("exit codes: 0 success; 1 a cycle failed (run --once), the judge failed (evaluate) or nothing was "
+              "found (results show); 2 invalid settings, rubric or input")
+
 
 def _configure_logging(level: str) -> None:
     from monitor.redaction import install_log_redaction
 
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    if logging.getLogger().getEffectiveLevel() > logging.DEBUG:
+        # A line per HTTP request and per scheduler tick would bury the daemon's own progress lines.
+        for chatty in ("httpx", "httpx2"):
+            logging.getLogger(chatty).setLevel(logging.WARNING)
+        # Its warning that a run was skipped while a long first cycle runs is expected (runs are coalesced).
+        logging.getLogger("apscheduler").setLevel(logging.ERROR)
+        # azure-identity logs every credential it tried; our error says it in one line.
+        logging.getLogger("azure.identity").setLevel(logging.ERROR)
+
     install_log_redaction()  # no configured secret reaches the logs, whichever module logs it
+
+
+def self_command(subcommand: str, config: Path | None) -> str:
+    """``subcommand`` as the user would type it, invoked as we were (``.venv/bin/rubric-monitor results --config
+    examples/rubric-monitor.yaml``), so that follow-up commands we print can be pasted as they are."""
+    argv0 = sys.argv[0] if sys.argv and sys.argv[0] else "rubric-monitor"
+    if Path(argv0).name == "rubric-monitor":
+        shown = argv0
+        if os.sep in argv0:
+            absolute = Path(argv0).resolve()
+            try:
+                shown = str(absolute.relative_to(Path.cwd().resolve()))
+            except ValueError:
+                shown = str(absolute)
+    else:
+        shown = f"{Path(sys.executable).name} -m monitor"
+    return shlex.join([*shown.split(" "), subcommand, *(["--config", str(config)] if config else [])])
 
 
 def _config_arg(parser: argparse.ArgumentParser) -> None:
@@ -42,7 +73,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     settings = load_settings(args.config)
     _configure_logging(settings.log_level)
-    return run_daemon(settings, once=args.once)
+    return run_daemon(settings, once=args.once, results_command=self_command("results", args.config))
 
 
 def read_conversations(path: Path) -> list[Conversation]:
@@ -53,9 +84,11 @@ def read_conversations(path: Path) -> list[Conversation]:
 
 
 def _cmd_evaluate(args: argparse.Namespace) -> int:
-    from monitor.app import build_evaluators, build_judge
+    from monitor.app import build_evaluators, build_judge, effective_judge_settings
     from monitor.evaluators.base import EvaluationContext
     from monitor.metrics import MonitorMetrics
+    from monitor.models import EvaluationResult
+    from monitor.progress import ProgressBar
     from monitor.rubrics.loader import load_rubric_file
 
     settings = load_settings(args.config)
@@ -66,25 +99,45 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     if evaluator is None:
         raise ConfigError(str(args.rubric), "kind", f"no evaluator for kind {rubric.kind!r}")
     judge = build_judge(settings.judge, MonitorMetrics(CollectorRegistry()))
-    context = EvaluationContext(judge=judge, settings=settings.judge, store_content=settings.store.store_content)
-
+    judge_settings = effective_judge_settings(settings.judge)
+    context = EvaluationContext(judge=judge, settings=judge_settings, store_content=settings.store.store_content)
     skipped: list[str] = []
+    judged: list[Conversation] = []
+    for conversation in conversations:
+        if not conversation.has_content:
+            # Nothing to judge: a verdict on an empty transcript would be made up.
+            skipped.append(conversation.id)
+            print(f"rubric-monitor: conversation {conversation.id!r} of {args.input} skipped: no_content "
+                  "(no message carries text)", file=sys.stderr)
+            continue
+        judged.append(conversation)
+    progress = ProgressBar(len(judged), "conversations")
 
     async def evaluate_all() -> None:
+        # judge.concurrency conversations in flight; results are printed in input order as soon as they are ready.
+        gate = asyncio.Semaphore(judge_settings.concurrency)
+
+        async def one(conversation: Conversation) -> list[EvaluationResult]:
+            async with gate:
+                results = await evaluator.evaluate(conversation, rubric, context)
+            progress.advance()
+            return results
+
+        tasks = [asyncio.create_task(one(c)) for c in judged]
         try:
-            for conversation in conversations:
-                if not conversation.has_content:
-                    # Nothing to judge: a verdict on an empty transcript would be made up.
-                    skipped.append(conversation.id)
-                    print(f"rubric-monitor: conversation {conversation.id!r} of {args.input} skipped: no_content "
-                          "(no message carries text)", file=sys.stderr)
-                    continue
-                for result in await evaluator.evaluate(conversation, rubric, context):
+            for task in tasks:
+                for result in await task:
                     output = result.foundry_output()
                     if result.turn_index is not None:
                         output["turn_index"] = result.turn_index
+                    progress.clear()
                     print(json.dumps(output, ensure_ascii=False), flush=True)
+                    progress.redraw()
         finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            progress.close()
             await judge.aclose()
 
     try:
@@ -162,8 +215,23 @@ def _cmd_config_doc(args: argparse.Namespace) -> int:
     return 0
 
 
+def _version() -> str:
+    """The installed distribution's version, else the package's own (a checkout run with python -m monitor)."""
+    import importlib.metadata
+
+    from monitor import __version__
+
+    try:
+        return importlib.metadata.version("rubric-monitor")
+    except importlib.metadata.PackageNotFoundError:
+        return __version__
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="rubric-monitor", description=__doc__.splitlines()[0] if __doc__ else "")
+    parser = argparse.ArgumentParser(
+        prog="rubric-monitor", epilog=EXIT_CODES,
+        description="Score LLM agent conversations against rubrics with an LLM judge; export Prometheus metrics.")
+    parser.add_argument("--version", action="version", version=f"rubric-monitor {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="run the daemon (or one cycle with --once)")
@@ -185,12 +253,14 @@ def build_parser() -> argparse.ArgumentParser:
     config_doc = sub.add_parser("config-doc", help="print every setting as a Markdown table")
     config_doc.set_defaults(handler=_cmd_config_doc)
 
+    from monitor.results_cli import add_results_commands
     from monitor.rubrics.commands import add_rubrics_commands
 
     add_rubrics_commands(sub)
     from monitor.calibration import add_calibrate_command
 
     add_calibrate_command(sub)
+    add_results_commands(sub, _config_arg, load_settings)
     from monitor.store.cli import add_db_commands
 
     add_db_commands(sub)

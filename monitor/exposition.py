@@ -21,14 +21,20 @@ from prometheus_client.metrics_core import Metric
 from monitor.quality import GZIP_LEVEL, QUALITY_FAMILIES, SCRAPE_IN_PROGRESS, QualityMetrics
 
 _EOF = b"# EOF\n"
+_EOF_GZIP = gzip.compress(_EOF)
 _QUALITY_NAMES = frozenset(spec.base for spec in QUALITY_FAMILIES)
 
 
 @dataclass(frozen=True)
 class Scrape:
-    body: bytes
+    parts: tuple[bytes, ...]
+    """Written one after the other: the prepared part (megabytes) is never copied into a new body."""
     content_type: str
     content_encoding: str | None
+
+    @property
+    def body(self) -> bytes:
+        return b"".join(self.parts)
 
 
 class _Live:
@@ -57,14 +63,15 @@ class Exposition:
         prepared = self._quality.rendered
         openmetrics = content_type.startswith("application/openmetrics-text")
         gzipped = "gzip" in accept_encoding.lower()
+        parts: tuple[bytes, ...]
         if openmetrics:
             live = live.removesuffix(_EOF)
             if gzipped:
-                body = gzip.compress(live, GZIP_LEVEL) + prepared.openmetrics_gzip + gzip.compress(_EOF)
+                parts = (gzip.compress(live, GZIP_LEVEL), prepared.openmetrics_gzip, _EOF_GZIP)
             else:
-                body = live + prepared.openmetrics + _EOF
+                parts = (live, prepared.openmetrics, _EOF)
         elif gzipped:
-            body = gzip.compress(live, GZIP_LEVEL) + prepared.text_gzip
+            parts = (gzip.compress(live, GZIP_LEVEL), prepared.text_gzip)
         else:
-            body = live + prepared.text
-        return Scrape(body, content_type, "gzip" if gzipped else None)
+            parts = (live, prepared.text)
+        return Scrape(parts, content_type, "gzip" if gzipped else None)

@@ -89,14 +89,17 @@ class MonitorHTTPServer:
             def log_message(self, format: str, *args: Any) -> None:
                 log.debug("http: " + format, *args)
 
-            def _send(self, status: int, body: bytes, content_type: str, encoding: str | None = None) -> None:
+            def _send(self, status: int, body: bytes | tuple[bytes, ...], content_type: str,
+                      encoding: str | None = None) -> None:
+                parts = body if isinstance(body, tuple) else (body,)
                 self.send_response(status)
                 self.send_header("Content-Type", content_type)
                 if encoding:
                     self.send_header("Content-Encoding", encoding)
-                self.send_header("Content-Length", str(len(body)))
+                self.send_header("Content-Length", str(sum(len(part) for part in parts)))
                 self.end_headers()
-                self.wfile.write(body)
+                for part in parts:
+                    self.wfile.write(part)
 
             def _json(self, status: int, payload: dict[str, Any]) -> None:
                 self._send(status, json.dumps(payload).encode(), "application/json")
@@ -106,7 +109,7 @@ class MonitorHTTPServer:
                 if path == "/metrics":
                     scrape = outer_exposition.scrape(self.headers.get("Accept", ""),
                                                      self.headers.get("Accept-Encoding", ""))
-                    self._send(200, scrape.body, scrape.content_type, scrape.content_encoding)
+                    self._send(200, scrape.parts, scrape.content_type, scrape.content_encoding)
                 elif path == "/livez":
                     alive = outer_health.alive()
                     self._json(200 if alive else 503, {"status": "ok" if alive else "stuck"})

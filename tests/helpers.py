@@ -14,6 +14,18 @@ from typing import Any
 from tests.conftest import REPO
 from tests.fakes.openai_server import Recorded, Reply, completion
 
+
+def fresh_postgres(url: str) -> str:
+    """Empty the test database's schema (tables of earlier runs or other test modules), then return its URL."""
+    import sqlalchemy
+
+    engine = sqlalchemy.create_engine(url)
+    with engine.begin() as conn:
+        conn.exec_driver_sql("DROP SCHEMA public CASCADE; CREATE SCHEMA public;")
+    engine.dispose()
+    return url
+
+
 SEED_PASS_SCORES = (5, 5, 5, 4, 5, 4)
 SEED_FAIL_SCORES = (3, 1, 1, 2, 2, 1)
 

@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry
 from monitor.settings import AlertSettings
 from monitor.store.sql import SqlStore
 from tests.fakes.receiver import Receiver
-from tests.helpers import run_cli, write_config
+from tests.helpers import fresh_postgres, run_cli, write_config
 from tests.test_alerts_service import NOW, degraded_db, seed, service  # noqa: F401 - degraded_db is a fixture
 
 
@@ -79,12 +79,7 @@ def test_notify_test_sends_through_one_notifier(tmp_path: Path) -> None:
 @pytest.mark.skipif(not os.environ.get("RUBRIC_MONITOR_TEST_POSTGRES_URL"),
                     reason="no PostgreSQL (set RUBRIC_MONITOR_TEST_POSTGRES_URL)")
 def test_alert_counts_and_state_on_postgresql() -> None:
-    from sqlalchemy import text
-
-    url = os.environ["RUBRIC_MONITOR_TEST_POSTGRES_URL"]
-    store = SqlStore(url)
-    with store.transaction() as conn:
-        conn.execute(text("TRUNCATE results, result_dimensions, alert_states, alert_events, notification_outbox"))
+    store = SqlStore(fresh_postgres(os.environ["RUBRIC_MONITOR_TEST_POSTGRES_URL"]))
     try:
         seed(store, NOW - timedelta(days=7), 60, 10, timedelta(days=6))
         seed(store, NOW - timedelta(minutes=40), 40, 2, timedelta(minutes=39))

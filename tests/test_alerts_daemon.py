@@ -72,3 +72,25 @@ def test_a_source_far_behind_suspends_every_verdict(tmp_path: Path) -> None:
         assert {v.status for v in detection.verdicts} == {"cannot_judge"}
     finally:
         store.close()
+
+
+def test_a_drifting_judge_suspends_the_quality_verdicts_of_its_rubric(tmp_path: Path) -> None:
+    from monitor.app import build_alerts
+    from monitor.store.base import CanaryRun
+    from monitor.store.sql import SqlStore
+    from tests.test_alerts_service import NOW, seed
+
+    settings = load_settings(None)
+    store = SqlStore(f"sqlite:///{tmp_path / 'results.db'}")
+    try:
+        seed(store, NOW - timedelta(hours=3), 40, 10, timedelta(hours=2))
+        alerts = build_alerts(settings, store, CollectorRegistry(), None, "otlp_file")
+        assert alerts.evaluate(NOW).cannot_judge[("helpfulness", "support")] == set()
+        store.record_canary_run(CanaryRun("helpfulness", "1", "gpt-4.1", NOW, 20, 0.55, -0.3, True))
+        detection = alerts.evaluate(NOW)
+        assert detection.cannot_judge[("helpfulness", "support")] == {"judge_drift"}
+        assert {v.status for v in detection.verdicts} == {"cannot_judge"}
+        store.record_canary_run(CanaryRun("helpfulness", "1", "gpt-4.1", NOW, 20, 0.95, 0.0, False))
+        assert alerts.evaluate(NOW).cannot_judge[("helpfulness", "support")] == set()
+    finally:
+        store.close()

@@ -576,10 +576,15 @@ def test_default_azure_credential_failures_are_auth_errors(
         monkeypatch.delenv(name, raising=False)
     load(fake, [])
     source = make_source(fake, credential=AppInsightsCredentialSettings(kind="default"))
-    with pytest.raises(SourceAuthError, match="no usable credential"):
+    with pytest.raises(SourceAuthError, match="no usable credential") as refused:
         list(source.pull(None, NOW))
     source.close()
     assert fake.requests == []
+    # One line saying what was tried and what to set, not azure-identity's multi-line report.
+    message = str(refused.value)
+    assert "\n" not in message
+    assert "DefaultAzureCredential found no credential (tried EnvironmentCredential)" in message
+    assert "AZURE_CLIENT_ID" in message and "az login" in message and "token_file" in message
 
 
 def test_the_fake_answers_the_real_clients_batch_queries(fake: FakeLogAnalytics) -> None:

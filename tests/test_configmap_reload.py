@@ -14,8 +14,14 @@ from pathlib import Path
 import yaml
 
 from monitor.rubrics.registry import RubricRegistry
+from monitor.rubrics.schema import Rubric
 
 _generation = 0
+
+
+def written(rubrics: list[Rubric]) -> list[tuple[str, str]]:
+    """(name, version as written in the file): the registry appends the built-in prompt's version after "+"."""
+    return sorted((r.name, (r.version or "").split("+", 1)[0]) for r in rubrics)
 
 
 def weighted(name: str, version: str) -> str:
@@ -57,7 +63,7 @@ def test_configmap_mount_loads_each_rubric_once(tmp_path: Path) -> None:
     kubelet_write(mount, {"support.yaml": weighted("support", "1"), "billing.yaml": weighted("billing", "1")})
     registry = RubricRegistry(mount)
     rubrics = registry.load()
-    assert sorted((r.name, r.version) for r in rubrics) == [("billing", "1"), ("support", "1")]
+    assert written(rubrics) == [("billing", "1"), ("support", "1")]
     assert {p.name for p in registry.sources().values()} == {"support.yaml", "billing.yaml"}
     assert registry.problems == {}
 
@@ -76,12 +82,12 @@ def test_configmap_symlink_swap_is_hot_reloaded(tmp_path: Path) -> None:
     assert changes.added == ("refunds",)
     assert changes.removed == ("billing",)
     assert changes.rejected == ()
-    assert [(r.name, r.version) for r in registry.active()] == [("refunds", "1"), ("support", "2")]
+    assert written(registry.active()) == [("refunds", "1"), ("support", "2")]
     assert registry.problems == {}
 
     # A second swap to a broken file keeps the previous version active and names the file.
     kubelet_write(mount, {"support.yaml": "name: support\ndimensions: 3\n", "refunds.yaml": weighted("refunds", "1")})
     changes = registry.refresh()
     assert changes.rejected == (str(mount / "support.yaml"),)
-    assert [(r.name, r.version) for r in registry.active()] == [("refunds", "1"), ("support", "2")]
+    assert written(registry.active()) == [("refunds", "1"), ("support", "2")]
     assert list(registry.problems) == [str(mount / "support.yaml")]

@@ -24,7 +24,7 @@ from monitor.evaluators.views import reply_indices
 from monitor.otlp import spans_to_otlp_document
 from tests.conftest import REPO
 from tests.fakes.openai_server import Recorded, Reply, ScriptedOpenAIServer
-from tests.helpers import SEED_PASS_SCORES, judge_config, verdict, write_config
+from tests.helpers import SEED_PASS_SCORES, fresh_postgres, judge_config, verdict, write_config
 from tests.test_daemon import Daemon, free_port, wait_for
 from tools.chat_to_otlp import chat_record_to_spans
 
@@ -47,14 +47,6 @@ def write_traces(path: Path) -> None:
         for index in range(CONVERSATIONS):
             document = spans_to_otlp_document(chat_record_to_spans(chat(index), index))
             out.write(json.dumps(document, separators=(",", ":")) + "\n")
-
-
-def fresh_postgres(url: str) -> str:
-    engine = sqlalchemy.create_engine(url)
-    with engine.begin() as conn:
-        conn.exec_driver_sql("DROP SCHEMA public CASCADE; CREATE SCHEMA public;")
-    engine.dispose()
-    return url
 
 
 class Rows:

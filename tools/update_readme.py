@@ -1,4 +1,6 @@
-"""Rewrite the configuration table of README.md from the settings' docstrings (``rubric-monitor config-doc``)."""
+"""Rewrite the settings table of docs/settings.md from the settings' docstrings (``rubric-monitor config-doc``).
+
+The name is historical: the table lived in the README before the reference moved to ``docs/``."""
 
 from __future__ import annotations
 
@@ -20,5 +22,5 @@ def with_config_table(readme: str) -> str:
 
 
 if __name__ == "__main__":
-    path = Path(__file__).resolve().parents[1] / "README.md"
+    path = Path(__file__).resolve().parents[1] / "docs" / "settings.md"
     path.write_text(with_config_table(path.read_text(encoding="utf-8")), encoding="utf-8")

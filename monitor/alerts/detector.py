@@ -19,7 +19,7 @@ never a recovery. A series whose results cannot be trusted (too many unscored, j
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, NamedTuple
 
@@ -29,7 +29,7 @@ Kind = Literal["pass_rate", "dimension_mean"]
 Baseline = Literal["trailing", "previous_version"]
 Status = Literal["regression", "ok", "no_verdict", "cannot_judge"]
 BASELINES: tuple[Baseline, ...] = ("trailing", "previous_version")
-CANNOT_JUDGE_REASONS = ("unscored", "judge_errors", "source_behind", "judge_unavailable")
+CANNOT_JUDGE_REASONS = ("unscored", "judge_errors", "source_behind", "judge_unavailable", "judge_drift")
 
 
 @dataclass(frozen=True, order=True)
@@ -210,9 +210,9 @@ def _q(verdict: Verdict) -> float:
 
 
 def detect(windows: Sequence[tuple[str, Sequence[SeriesCounts]]], settings: DetectorSettings,
-           global_reasons: Iterable[str] = ()) -> Detection:
+           global_reasons: Iterable[str] = (), rubric_reasons: Mapping[str, Iterable[str]] | None = None) -> Detection:
     """Verdicts for every series of every window; ``global_reasons`` (source behind, judge unavailable) make
-    every series ``cannot_judge``."""
+    every series ``cannot_judge``, ``rubric_reasons`` (a drifting judge) every series of that rubric."""
     verdicts: list[Verdict] = []
     candidates: list[Verdict] = []
     min_effects: list[float] = []
@@ -224,7 +224,7 @@ def detect(windows: Sequence[tuple[str, Sequence[SeriesCounts]]], settings: Dete
         for item in series:
             grouped[(item.rubric, item.agent)].append(item)
         for (rubric, agent), items in sorted(grouped.items()):
-            reasons = shared | _cannot_judge_reasons(items, settings)
+            reasons = shared | set((rubric_reasons or {}).get(rubric, ())) | _cannot_judge_reasons(items, settings)
             cannot_judge.setdefault((rubric, agent), set()).update(reasons)
             annotation = _annotation(rubric, agent, items)
             if annotation is not None:

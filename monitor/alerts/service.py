@@ -145,7 +145,9 @@ class AlertService:
     def evaluate(self, now: datetime) -> Detection:
         windows = [(name, self.store.counts(seconds, self.plan.baseline_seconds, now))
                    for name, seconds in self.plan.windows]
-        return detect(windows, detector_settings(self.settings), self._global_reasons())
+        # A drifting judge (its canary set no longer agrees) is not a regressing agent: that rubric cannot be judged.
+        drifting = {rubric: ("judge_drift",) for rubric in self.store.drifting_rubrics()}
+        return detect(windows, detector_settings(self.settings), self._global_reasons(), drifting)
 
     def states(self) -> dict[str, AlertState]:
         if self._states is None:

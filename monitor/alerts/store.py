@@ -68,6 +68,9 @@ class AlertStore:
 
     # reads -------------------------------------------------------------------------------------------------------
 
+    def drifting_rubrics(self) -> set[str]:
+        return self._store.drifting_rubrics()
+
     def counts(self, window_seconds: float, baseline_seconds: float, now: datetime) -> list[SeriesCounts]:
         """Per (rubric, agent, configuration, agent version): counts inside the window (``current``) and in the
         baseline period before it, of current (not superseded) results."""

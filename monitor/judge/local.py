@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+import json
 import logging
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -19,7 +21,7 @@ from pydantic import SecretStr
 
 from monitor.errors import ConfigError
 from monitor.judge.base import JudgeReply, JudgeRequest
-from monitor.judge.openai_judge import OpenAIJudge
+from monitor.judge.openai_judge import OpenAIJudge, _Call, _ModelState
 from monitor.metrics import MonitorMetrics
 from monitor.settings import JudgeSettings, LocalJudgeSettings
 
@@ -75,20 +77,42 @@ class LocalModelServer:
         params.port = 0
         params.cpuparams.n_threads = settings.threads
         params.cpuparams_batch.n_threads = settings.threads
-        self._server: Any = xllamacpp.Server(params)
+        # Threads that spin while they wait for each other lose their time slices on a shared CPU: with polling
+        # on, two threads generated 0.7 tokens/s at load 10 on 2 cores.
+        params.cpuparams.poll = 0
+        # llama.cpp's own info lines (a dozen per request) would bury the daemon's progress lines; its warnings
+        # and errors (verbosity -1) still show, and everything does at log level DEBUG.
+        if not log.isEnabledFor(logging.DEBUG):
+            params.verbosity = -1
+        params.cpuparams_batch.poll = 0
+        self._xllamacpp: Any = xllamacpp
+        started = time.monotonic()
+        self._server: Any = xllamacpp.Server(params)  # returns once the weights are loaded
         self.base_url = str(self._server.listening_address) + "/v1"
         self.model_path = Path(path)
-        log.info("embedded judge %s listening on %s", self.model_path.name, self.base_url)
+        # The first thing a quick-start user waits for: say it is done, and how long it took.
+        log.info("embedded judge loaded: %s in %.1f s (llama.cpp on %s, %d thread%s)", self.model_path.name,
+                 time.monotonic() - started, self.base_url, settings.threads, "" if settings.threads == 1 else "s")
+
+    def grammar(self, schema: dict[str, Any]) -> str:
+        """llama.cpp's grammar for a JSON schema (llguidance's, in the builds xllamacpp ships)."""
+        return str(self._xllamacpp.json_schema_to_grammar(json.dumps(schema)))
 
     def close(self) -> None:
         # Dropping the last reference stops llama.cpp's main loop and frees the model.
         self._server = None
 
 
-REASON_MAX_CHARS = 100
-"""A small model fills free text until max_tokens, at worst one token per character ("1.1.1..."): 6 reasons of
-100 characters plus the JSON around them stay within the ~820 tokens a 6-dimension verdict is given, and on 2
-CPU cores every reply token costs ~40 ms."""
+EXPLANATION_FIELDS = frozenset({"reason", "reasoning", "rationale"})
+"""Free-text explanations in reply schemas. The embedded judge is not asked for them: on two busy CPU cores every
+reply token costs 40 to 250 ms, a 135M model's explanation is noise, and every parser treats them as optional."""
+
+COMPACT_JSON = {"whitespace_flexible": False, "item_separator": ",", "key_separator": ":"}
+"""llguidance (llama.cpp's grammar engine for JSON schemas) then allows no whitespace between tokens: a small
+model's pretty-printed indentation was half of its reply."""
+
+REPLY_TOKENS_PER_FIELD = 12
+"""A bound on the tokens of one terse JSON member (key, value, punctuation, the grammar's optional whitespace)."""
 
 PROMPT_OVERHEAD_TOKENS = 700
 """Instructions and rubric around the rendered conversation, in tokens (the weighted prompt is about 600)."""
@@ -111,21 +135,80 @@ def local_judge_settings(settings: JudgeSettings) -> JudgeSettings:
     })
 
 
-def bound_reasons(schema: Any) -> Any:
-    """A copy of ``schema`` whose ``reason`` strings have a ``maxLength``, which llama.cpp's grammar enforces."""
-    if isinstance(schema, dict):
-        bounded = {key: bound_reasons(value) for key, value in schema.items()}
-        reason = bounded.get("properties", {}).get("reason")
-        if isinstance(reason, dict) and reason.get("type") == "string":
-            bounded["properties"]["reason"] = {**reason, "maxLength": REASON_MAX_CHARS}
-        return bounded
+def terse_schema(schema: Any) -> Any:
+    """A copy of ``schema`` without its explanation fields: the shortest reply the schema allows is then scores,
+    labels and booleans only, and llama.cpp's grammar (built from this schema) cannot produce anything else."""
     if isinstance(schema, list):
-        return [bound_reasons(item) for item in schema]
-    return schema
+        return [terse_schema(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    terse = {key: terse_schema(value) for key, value in schema.items()}
+    properties = terse.get("properties")
+    if isinstance(properties, dict) and terse.get("type") == "object":
+        dropped = EXPLANATION_FIELDS & set(properties)
+        if dropped and len(dropped) < len(properties):  # an object that is only an explanation keeps it
+            terse["properties"] = {k: v for k, v in properties.items() if k not in dropped}
+            if isinstance(terse.get("required"), list):
+                terse["required"] = [k for k in terse["required"] if k not in dropped]
+    return terse
+
+
+def _applicability(schema: Any) -> bool:
+    """An ``{"applicable", "score"}`` verdict object (weighted rubrics, once its reason is dropped)."""
+    return (isinstance(schema, dict) and schema.get("type") == "object"
+            and set(schema.get("properties") or {}) == {"applicable", "score"})
+
+
+def collapse_applicability(schema: Any) -> Any:
+    """A copy of ``schema`` where each ``{"applicable", "score"}`` object is its score alone, null meaning not
+    applicable: ``"policy_enforcement":4`` is a third of ``"policy_enforcement":{"applicable":true,"score":4}``."""
+    if isinstance(schema, list):
+        return [collapse_applicability(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    if _applicability(schema):
+        properties = schema["properties"]
+        always = properties["applicable"].get("enum") == [True]
+        score = {k: v for k, v in properties["score"].items() if k != "type"}
+        return {**score, "type": "integer" if always else ["integer", "null"]}
+    return {key: collapse_applicability(value) for key, value in schema.items()}
+
+
+def expand_applicability(schema: Any, value: Any) -> Any:
+    """The reply to the collapsed schema in the shape ``schema`` asked for (the inverse of the collapse)."""
+    if _applicability(schema):
+        if isinstance(value, dict):
+            return value
+        return {"applicable": value is not None, "score": value}
+    if isinstance(schema, dict) and isinstance(value, dict):
+        properties = schema.get("properties") or {}
+        return {key: expand_applicability(properties.get(key), item) for key, item in value.items()}
+    return value
+
+
+def reply_token_cap(schema: Any) -> int | None:
+    """The most tokens a reply of ``schema`` needs, or None when the schema is unbounded (an array, free text)."""
+    if not isinstance(schema, dict):
+        return None
+    kind = schema.get("type")
+    if kind == "object":
+        total = 2
+        for name, value in (schema.get("properties") or {}).items():
+            inner = reply_token_cap(value)
+            if inner is None:
+                return None
+            total += inner + REPLY_TOKENS_PER_FIELD + len(name) // 3
+        return total
+    if kind == "string" and "enum" not in schema:
+        return None  # free text (adaptive questions, sentences): only the request's own budget bounds it
+    return 2
 
 
 class LocalJudge(OpenAIJudge):
-    """``OpenAIJudge`` pointed at the embedded server; the server lives and dies with the judge."""
+    """``OpenAIJudge`` pointed at the embedded server; the server lives and dies with the judge.
+
+    Its job is kept small: the reply schema loses its explanation fields and the reply budget is capped at what
+    the remaining fields can take, so a verdict is tens of tokens instead of hundreds."""
 
     def __init__(self, settings: JudgeSettings, metrics: MonitorMetrics) -> None:
         self._local_server = LocalModelServer(settings.local)
@@ -137,7 +220,32 @@ class LocalJudge(OpenAIJudge):
         super().__init__(endpoint, metrics)
 
     async def complete(self, request: JudgeRequest) -> JudgeReply:
-        return await super().complete(replace(request, schema=bound_reasons(request.schema)))
+        terse = terse_schema(request.schema)
+        schema = collapse_applicability(terse)
+        cap = reply_token_cap(schema)
+        budget = request.max_output_tokens
+        if cap is not None:
+            budget = min(budget, cap) if budget is not None else cap
+        reply = await super().complete(replace(request, schema=schema, max_output_tokens=budget))
+        if schema == terse:
+            return reply
+        try:
+            value = json.loads(reply.text)
+        except ValueError:
+            return reply  # the evaluator says what is wrong with it
+        # The evaluator reads the shape it asked for; the audit trail keeps that shape too.
+        return replace(reply, text=json.dumps(expand_applicability(terse, value), ensure_ascii=False))
+
+    def _build_call(self, request: JudgeRequest, model: str, state: _ModelState) -> _Call:
+        call = super()._build_call(request, model, state)
+        if call.mode != "json_schema":
+            return call
+        # The schema goes to llama.cpp as a grammar we build, since only that way can it carry llguidance's
+        # options: the OpenAI-style response_format would allow pretty-printed JSON.
+        compact = {**request.schema, "x-guidance": COMPACT_JSON}
+        arguments = {key: value for key, value in call.arguments.items() if key != "response_format"}
+        arguments["extra_body"] = {"grammar": self._local_server.grammar(compact)}
+        return replace(call, arguments=arguments)
 
     async def aclose(self) -> None:
         await super().aclose()

@@ -62,6 +62,7 @@ import httpx
 import openai
 from azure.identity.aio import DefaultAzureCredential, get_bearer_token_provider
 
+from monitor.azure_auth import credential_failure
 from monitor.errors import (
     ConfigError,
     JudgeAuthError,
@@ -752,7 +753,8 @@ def _guarded_token_provider(credential: Any) -> Callable[[], Awaitable[str]]:
         try:
             return await provider()
         except Exception as exc:  # azure-identity raises several unrelated types for "no token"
-            raise _CredentialUnavailable(f"{type(exc).__name__}: {exc}") from exc
+            detail = credential_failure(str(exc), "or use judge.api_key instead of judge.azure_ad")
+            raise _CredentialUnavailable(f"{type(exc).__name__}: {detail}") from exc
 
     return token
 

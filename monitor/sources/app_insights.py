@@ -42,6 +42,7 @@ from azure.core.pipeline import PipelineResponse
 from azure.core.pipeline.policies import RetryPolicy
 from azure.monitor.query import LogsQueryClient, LogsQueryStatus, LogsTable, LogsTableRow
 
+from monitor.azure_auth import credential_failure
 from monitor.errors import ConfigError, SourceAuthError, SourceError, SourceQueryError
 from monitor.genai import (
     cycle_collection_paused,
@@ -578,8 +579,8 @@ def source_error(exc: Exception, target: str, settings: AppInsightsSourceSetting
         return SourceError(f"app_insights {target}: unexpected reply ({detail})")
     refused = _credential_failure(exc)
     if refused is not None:
-        return SourceAuthError(f"app_insights {target}: no usable credential ({refused.message}); "
-                               "check source.credential")
+        detail = credential_failure(refused.message, "or use source.credential.kind token_file or token_env")
+        return SourceAuthError(f"app_insights {target}: no usable credential: {detail}; check source.credential")
     if isinstance(exc, ServiceRequestTimeoutError | ServiceResponseTimeoutError):
         return _kind(SourceError(f"app_insights {target}: the query timed out ({exc})"), "timeout")
     if isinstance(exc, ServiceRequestError):

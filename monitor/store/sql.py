@@ -5,6 +5,7 @@ Times are stored as UTC epoch seconds (floats): exact to compare on every backen
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import threading
@@ -198,6 +199,8 @@ rollups_table = Table(
     Column("passed", Integer, nullable=False),  # overall row only
     Column("unscored", Integer, nullable=False),  # overall row only
     Column("score_sum", Float, nullable=False),  # overall score (0..1) or dimension score (1..5) sum
+    # On SQLite the primary key is the table (one b-tree to update per row instead of a table and an index).
+    sqlite_with_rowid=False,
 )
 
 items_table = Table(
@@ -726,17 +729,21 @@ class SqlStore:
         rows = [{"bucket_ts": bucket, "rubric": key[0], "rubric_version": key[1], "agent": key[2],
                  "dimension": key[3], "scored": sums[0], "passed": sums[1], "unscored": sums[2],
                  "score_sum": sums[3]} for (bucket, key), sums in rollup.items()]
-        if not rows:
-            return
+        if rows:
+            conn.execute(self._rollup_upsert, rows)
+
+    @functools.cached_property
+    def _rollup_upsert(self) -> Any:
+        """Insert rollup rows, or add them to the ones there (built once: building it costs more than running it)."""
         r = rollups_table.c
         dialect = self._engine.dialect.name
-        statement = (postgresql.insert(rollups_table) if dialect == "postgresql" else sqlite.insert(rollups_table))
+        statement = postgresql.insert(rollups_table) if dialect == "postgresql" else sqlite.insert(rollups_table)
         excluded = statement.excluded
-        conn.execute(statement.on_conflict_do_update(
+        return statement.on_conflict_do_update(
             index_elements=[r.bucket_ts, r.rubric, r.rubric_version, r.agent, r.dimension],
             set_={"scored": r.scored + excluded.scored, "passed": r.passed + excluded.passed,
                   "unscored": r.unscored + excluded.unscored, "score_sum": r.score_sum + excluded.score_sum},
-        ), rows)
+        )
 
     def _note_late_changes(self, rollup: dict[tuple[int, RollupKey], RollupSums]) -> None:
         """Remember changes to hours already past (a superseded result, a late record) for the window reader,
@@ -759,6 +766,22 @@ class SqlStore:
             query = query.where(results_table.c.current.is_(True))
         with self._tx() as conn:
             return [EvaluationResult.model_validate_json(p) for p in conn.execute(query).scalars()]
+
+    def find_results(self, *, rubric: str | None = None, agent: str | None = None, failed: bool = False,
+                     since: datetime | None = None, limit: int | None = None) -> list[EvaluationResult]:
+        """Current results, newest first, filtered in the database (``failed``: outcome fail or unscored)."""
+        c = results_table.c
+        query = select(c.payload).where(c.current.is_(True)).order_by(c.evaluated_ts.desc(), c.id.desc())
+        if rubric is not None:
+            query = query.where(c.rubric == rubric)
+        if agent is not None:
+            query = query.where(c.agent == _text(agent))
+        if failed:
+            query = query.where(c.outcome != "pass")
+        if since is not None:
+            query = query.where(c.evaluated_ts >= _ts(since))
+        with self._tx() as conn:
+            return [EvaluationResult.model_validate_json(p) for p in conn.execute(query.limit(limit)).scalars()]
 
     def record_failure(self, key: str, rubric: str, revision: int, error: str = "", calls: int = 0) -> int:
         return self._retrying(f"counting a judge failure of {key!r}",
