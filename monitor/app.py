@@ -40,7 +40,10 @@ from monitor.rubrics.registry import RubricRegistry
 from monitor.rubrics.schema import Rubric
 from monitor.settings import JudgeSettings, MetricsSettings, Settings, SourceSettings, read_secret
 from monitor.sources.base import TraceSource
+from monitor.store.base import RetentionPolicy
+from monitor.store.replicas import SingleReplicaLock, replica_id
 from monitor.store.sql import SqlStore
+from monitor.writeback import WriteBack, build_exporter
 
 if TYPE_CHECKING:
     from monitor.alerts.service import AlertService
@@ -232,6 +235,8 @@ class Monitor:
     canaries: CanaryRunner | None = None
     next_steps: str | None = None
     """Said once, after the first cycle that recorded a verdict: where to look at what the daemon did."""
+    single_replica: SingleReplicaLock | None = None
+    writeback: WriteBack | None = None
 
     def run_cycle(self, now: datetime | None = None) -> CycleReport:
         started = utc_now()
@@ -249,6 +254,8 @@ class Monitor:
         problem = self.refresh_metrics()
         if problem:
             report.failures.append(problem)
+        if self.writeback is not None:
+            self.writeback.flush()
         elapsed = ((report.finished_at or utc_now()) - started).total_seconds()
         self.metrics.cycle_duration.observe(elapsed)
         self.metrics.cycles.labels("ok" if report.ok else "failed").inc()
@@ -304,6 +311,10 @@ class Monitor:
         self.pipeline.close()
         self.pipeline.source.close()
         self.store.close()
+        if self.writeback is not None:
+            self.writeback.close()
+        if self.single_replica is not None:
+            self.single_replica.release()
 
 
 def build_monitor(settings: Settings, registry: CollectorRegistry | None = None) -> Monitor:
@@ -312,12 +323,22 @@ def build_monitor(settings: Settings, registry: CollectorRegistry | None = None)
     stages = build_stages(settings, registry)
     metrics, rubrics, source, judge = stages.metrics, stages.rubrics, stages.source, stages.judge
     assert source is not None and judge is not None  # build_stages raises when a stage cannot be built
-    metrics.judge_configured(settings.judge.kind, settings.judge.model)
+    replica = settings.replicas.replica_id or replica_id()
     try:
-        store = SqlStore(stages.url)
+        single = SingleReplicaLock(stages.url, replica)
+    except ConfigError:
+        stages.close()
+        raise
+    try:
+        store = SqlStore(stages.url, settings.store.migrate)
     except StoreError as exc:
+        single.release()
         stages.close()
         raise ConfigError("settings", "store.url", redact(str(exc))) from None
+    except ConfigError:  # a schema behind this release (store.migrate: check)
+        single.release()
+        stages.close()
+        raise
     metrics.judge_configured(settings.judge.kind, settings.judge.model)
     embedded_warning = embedded_judge_warning(settings)
     if embedded_warning:
@@ -341,6 +362,10 @@ def build_monitor(settings: Settings, registry: CollectorRegistry | None = None)
         sampling_settings=settings.sampling,
         judge_settings=judge_settings,
         completeness_delay=timedelta(seconds=delay),
+        replica=replica,
+        lease_seconds=settings.replicas.lease_seconds,
+        claim_batch=settings.replicas.claim_batch,
+        retention=RetentionPolicy(**settings.retention.model_dump()),
         max_spans_per_cycle=settings.max_spans_per_cycle,
         shutdown_grace_seconds=settings.shutdown_grace_seconds,
     )
@@ -360,7 +385,11 @@ def build_monitor(settings: Settings, registry: CollectorRegistry | None = None)
         pipeline.stop,
     )
     health.warning_checks["judge_drift"] = canaries.warning
-    monitor = Monitor(settings, registry, metrics, pipeline, health, store, alerts=alerts, canaries=canaries)
+    exporter = build_exporter(settings.writeback)
+    writeback = None if exporter is None else WriteBack(store, exporter, settings.writeback.kind, metrics.runtime,
+                                                        settings.writeback.batch)
+    monitor = Monitor(settings, registry, metrics, pipeline, health, store, alerts=alerts, canaries=canaries,
+                      single_replica=single, writeback=writeback)
     # The windows and the counters' label sets from the rollups, before the first scrape.
     monitor.refresh_metrics()
     return monitor
@@ -407,12 +436,15 @@ def _judge_problem(judge: Judge) -> str | None:
     return problem
 
 
-def _store_problem(store: SqlStore) -> str | None:
+def readiness_problem(monitor: Monitor) -> str | None:
+    """Why this replica cannot do its work now (``/readyz``): the store does not answer, or the source's last read
+    failed."""
     try:
-        store.ping()
+        monitor.store.ping()
     except Exception as exc:
-        return str(exc)
-    return None
+        return f"store: {exc}"
+    source = monitor.pipeline.source_problem
+    return None if source is None else f"source {monitor.pipeline.source.name}: {source}"
 
 
 def run_daemon(settings: Settings, once: bool = False, results_command: str = "rubric-monitor results") -> int:
@@ -434,7 +466,7 @@ def run_daemon(settings: Settings, once: bool = False, results_command: str = "r
     try:
         server = MonitorHTTPServer(settings.metrics.host, settings.metrics.port,
                                    Exposition(monitor.registry, monitor.metrics.quality), monitor.health,
-                                   lambda: _store_problem(monitor.store))
+                                   lambda: readiness_problem(monitor))
     except OSError as exc:
         monitor.close()
         raise _listen_error(settings.metrics, exc) from None

@@ -267,6 +267,9 @@ def build_parser() -> argparse.ArgumentParser:
     from monitor.alerts.cli import add_alert_commands
 
     add_alert_commands(sub, _config_arg)
+    from monitor.backfill import add_backfill_command
+
+    add_backfill_command(sub)
     return parser
 
 

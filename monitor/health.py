@@ -2,10 +2,11 @@
 
 - ``/livez``: 200 while cycles keep finishing (whatever their outcome); 503 when none finished for 3 intervals,
   which is a stuck scheduler: restart it.
-- ``/healthz``: 200 ``ok``, or 503 ``degraded`` naming why (last cycle failed, judge refusing our credential,
-  source refusing our credential). Degraded is not dead: the daemon keeps retrying every cycle. ``warnings``
-  lists what does not fail the probe but makes the numbers suspect (embedded judge in production, judge drift).
-- ``/readyz``: 200 when the store answers.
+- ``/healthz``: 200 ``ok``, or 503 ``degraded`` naming why (last cycle failed, no cycle finished for
+  ``STALE_INTERVALS`` intervals plus a minute, judge refusing our credential, source refusing our credential).
+  Degraded is not dead: the daemon keeps retrying every cycle. ``warnings`` lists what does not fail the probe
+  but makes the numbers suspect (embedded judge in production, judge drift).
+- ``/readyz``: 200 when the store answers and the source's last read succeeded; 503 naming which is unreachable.
 """
 
 from __future__ import annotations
@@ -25,6 +26,10 @@ from monitor.redaction import redact
 
 log = logging.getLogger(__name__)
 
+STALE_INTERVALS = 3
+"""``/healthz`` turns degraded when no cycle has finished for this many intervals (plus ``STALE_GRACE``)."""
+STALE_GRACE = timedelta(minutes=1)
+
 
 @dataclass
 class HealthState:
@@ -32,6 +37,9 @@ class HealthState:
     started_at: datetime = field(default_factory=utc_now)
     last_finished_at: datetime | None = None
     last_failures: list[str] = field(default_factory=list)
+    stale_after: timedelta | None = None
+    """No cycle finished for this long degrades ``/healthz``; default ``STALE_INTERVALS`` intervals plus
+    ``STALE_GRACE``."""
     checks: dict[str, Callable[[], str | None]] = field(default_factory=dict)
     """Named checks returning a problem, or None when fine (judge credential, store)."""
     warning_checks: dict[str, Callable[[], str | None]] = field(default_factory=dict)
@@ -44,9 +52,16 @@ class HealthState:
             self.last_finished_at = utc_now()
             self.last_failures = list(failures)
 
-    def problems(self) -> list[str]:
+    def problems(self, now: datetime | None = None) -> list[str]:
+        now = now or utc_now()
         with self._lock:
             found = [f"last cycle: {f}" for f in self.last_failures]
+            reference = self.last_finished_at or self.started_at
+        stale_after = self.stale_after or self.interval * STALE_INTERVALS + STALE_GRACE
+        if now - reference > stale_after:
+            what = "no cycle finished" if self.last_finished_at is None else "the last cycle finished"
+            found.append(f"stale: {what} {int((now - reference).total_seconds())}s ago "
+                         f"(interval {int(self.interval.total_seconds())}s)")
         for name, check in self.checks.items():
             problem = check()
             if problem:

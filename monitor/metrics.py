@@ -20,6 +20,7 @@ from monitor.evaluators.prompts import PROMPT_VERSION
 from monitor.models import EvaluationResult
 from monitor.quality import QUALITY_FAMILIES, FamilySpec, QualityMetrics
 from monitor.rollups import Window
+from monitor.runtime_metrics import RuntimeMetrics
 
 log = logging.getLogger(__name__)
 
@@ -203,6 +204,8 @@ class MonitorMetrics:
             "rubric_monitor_build_info", "1, labelled with the daemon's version.", ["version"], registry=registry
         )
         self.build_info.labels(__version__).set(1)
+        # The production runtime's own block (write-back, backfill): monitor/runtime_metrics.py.
+        self.runtime = RuntimeMetrics(registry)
         for result in ("ok", "failed"):
             self.cycles.labels(result)
         self.backlog = BacklogMetrics(registry)  # helper numbers' block (issue 8, item 11)

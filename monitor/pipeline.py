@@ -9,6 +9,7 @@ unscored, so nothing waits forever and nothing is lost).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 from collections import Counter, deque
@@ -27,7 +28,8 @@ from monitor.rubrics.schema import Rubric
 from monitor.sampling import is_sampled
 from monitor.settings import ConversationSettings, JudgeSettings, SamplingSettings
 from monitor.sources.base import TraceSource
-from monitor.store.base import PendingConversation, ResultStore
+from monitor.store.base import PendingConversation, ResultStore, RetentionPolicy
+from monitor.store.replicas import replica_id
 
 log = logging.getLogger(__name__)
 
@@ -127,13 +129,27 @@ class Pipeline:
     left pending (neither recorded nor lost)."""
     _content_seen: deque[bool] = field(default_factory=lambda: deque(maxlen=CONTENT_SAMPLE))
     _judge_failing: str | None = None
+    replica: str = field(default_factory=replica_id)
+    """This replica's name on the conversations it claims."""
+    lease_seconds: float = 120.0
+    """How long a claim lasts unless renewed (every third of it while judging)."""
+    claim_batch: int = 16
+    """Conversations claimed at a time: replicas sharing a backlog each take a batch, judge it, take the next."""
+    retention: RetentionPolicy = field(default_factory=RetentionPolicy)
+    source_problem: str | None = None
+    """Why the source's last read failed (``/readyz``); None once a read succeeds."""
 
     def run_cycle(self, now: datetime | None = None) -> CycleReport:
         now = now or utc_now()
         report = CycleReport(started_at=now)
         self._refresh_rubrics(report)
         self._pull(report, now)
-        self.loop.run_until_complete(self._plan_and_judge(report, now))
+        try:
+            self.loop.run_until_complete(self._plan_and_judge(report, now))
+        finally:
+            # What this cycle claimed but did not finish (judge down, cycle cap, SIGTERM) is free for any replica
+            # at once, rather than after the lease.
+            self._release_claims(report)
         self._prune(report, now)
         self._export_backlog(now)
         report.finished_at = utc_now()
@@ -144,36 +160,45 @@ class Pipeline:
     def _pull(self, report: CycleReport, now: datetime) -> None:
         name = self.source.name
         try:
-            checkpoint = self.store.checkpoint(name)
-            for batch in self.source.pull(checkpoint, now):
-                stored = self.store.add_spans(name, batch.spans, batch.checkpoint,
-                                              self.conversation_settings.late_turns)
-                report.spans_read += len(batch.spans)
-                report.spans_new += stored.new
-                if batch.read_through is not None:
-                    report.read_through = batch.read_through
-                self.metrics.spans.labels(name).inc(len(batch.spans))
-                self.metrics.source_rows.labels(name).inc(batch.rows)
-                for reason, count in batch.rejected.items():
-                    self.metrics.spans_rejected.labels(name, reason).inc(count)
-                if stored.late_ignored:
-                    log.info("late spans of %d already scored conversation(s) ignored", stored.late_ignored)
-                self._note_future(batch.spans, now)
-                if self.stop.is_set():
-                    report.stopped_early = True
-                    break
-                if (self.max_spans_per_cycle is not None and report.spans_read >= self.max_spans_per_cycle
-                        and batch.checkpoint != checkpoint):
-                    # Judging starts on what is read so far (readiness stops at the source's read position);
-                    # the next cycle, started at once, reads on. Never before the position moved: a re-read
-                    # overlap alone must not use up the bound, or reading would make no progress.
-                    report.behind = True
-                    break
+            with self.store.poller_lock(name) as poller:
+                if not poller:
+                    log.debug("source %s is being read by another replica; this one only judges", name)
+                    return
+                self._pull_batches(report, now)
+            self.source_problem = None
         except SourceError as exc:
+            self.source_problem = f"{exc.kind}: {exc}"
             self.metrics.source_errors.labels(name, exc.kind).inc()
             self._note_failure(report, "source", exc)
         except StoreError as exc:
             self._note_failure(report, "store", exc)
+
+    def _pull_batches(self, report: CycleReport, now: datetime) -> None:
+        name = self.source.name
+        checkpoint = self.store.checkpoint(name)
+        for batch in self.source.pull(checkpoint, now):
+            stored = self.store.add_spans(name, batch.spans, batch.checkpoint, self.conversation_settings.late_turns)
+            report.spans_read += len(batch.spans)
+            report.spans_new += stored.new
+            if batch.read_through is not None:
+                report.read_through = batch.read_through
+            self.metrics.spans.labels(name).inc(len(batch.spans))
+            self.metrics.source_rows.labels(name).inc(batch.rows)
+            for reason, count in batch.rejected.items():
+                self.metrics.spans_rejected.labels(name, reason).inc(count)
+            if stored.late_ignored:
+                log.info("late spans of %d already scored conversation(s) ignored", stored.late_ignored)
+            self._note_future(batch.spans, now)
+            if self.stop.is_set():
+                report.stopped_early = True
+                break
+            if (self.max_spans_per_cycle is not None and report.spans_read >= self.max_spans_per_cycle
+                    and batch.checkpoint != checkpoint):
+                # Judging starts on what is read so far (readiness stops at the source's read position);
+                # the next cycle, started at once, reads on. Never before the position moved: a re-read
+                # overlap alone must not use up the bound, or reading would make no progress.
+                report.behind = True
+                break
 
     def _note_future(self, spans: Sequence[SpanRecord], now: datetime) -> None:
         """Spans dated ahead of our clock (a skewed clock at the agent, or a bad timestamp) wait until that time
@@ -191,7 +216,8 @@ class Pipeline:
     # ②③ assemble and sample ----------------------------------------------------------------------------------
 
     def _ready(self, now: datetime, report: CycleReport) -> Iterator[tuple[PendingConversation, Conversation]]:
-        """Ready conversations, oldest first, assembled one page at a time as planning asks for them.
+        """Ready conversations, oldest first, claimed for this replica (``claim_batch`` at a time: never one that
+        another replica holds, nor one already taken this cycle) and assembled as planning asks for them.
 
         Ready means idle (or old) enough by the earlier of the ingestion horizon and what the source has read
         in full: a conversation whose later spans sit behind a failed or unfinished read is not ready yet.
@@ -203,11 +229,10 @@ class Pipeline:
         horizon = min(now - self.completeness_delay, read_through)
         idle_before = horizon - timedelta(seconds=self.conversation_settings.idle_timeout_seconds)
         started_before = horizon - timedelta(seconds=self.conversation_settings.max_age_seconds)
-        after: tuple[datetime, str] | None = None
         seen: set[str] = set()
         while True:
-            page = self.store.ready_conversations(idle_before=idle_before, started_before=started_before,
-                                                  limit=READY_PAGE, after=after)
+            page = self.store.claim_ready(self.replica, self.lease_seconds, idle_before=idle_before,
+                                          started_before=started_before, limit=self.claim_batch)
             for item in page:
                 if item.key in seen:
                     continue
@@ -216,9 +241,8 @@ class Pipeline:
                 conversation = self._assemble(item)
                 if conversation is not None:
                     yield item, conversation
-            if len(page) < READY_PAGE:
+            if len(page) < self.claim_batch:
                 return
-            after = (page[-1].first_span_at, page[-1].key)
 
     def _assemble(self, item: PendingConversation) -> Conversation | None:
         spans = self.store.spans_of(item.key)
@@ -380,6 +404,7 @@ class Pipeline:
         judging = _Judging(asyncio.Semaphore(self.judge_settings.concurrency))
         running: list[asyncio.Future[None]] = []
         watcher = asyncio.ensure_future(self._abandon_after_grace(running, report))
+        keeper = asyncio.ensure_future(self._keep_claims(judging.waiting, report))
         plan = self._plan(self._ready(now, report), report, now, judging)
         try:
             for tasks in plan:
@@ -396,11 +421,28 @@ class Pipeline:
             plan.close()
         # Every evaluation runs to its end (none is left on the loop for the next cycle to resume with stale
         # state), unless a stop outlasts the grace period: then the calls in flight are cancelled.
-        outcomes = await asyncio.gather(*running, return_exceptions=True)
-        watcher.cancel()
+        try:
+            outcomes = await asyncio.gather(*running, return_exceptions=True)
+        finally:
+            watcher.cancel()
+            keeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await keeper
         for outcome in outcomes:
             if isinstance(outcome, Exception):
                 self._note_failure(report, "evaluate", outcome)
+
+    async def _keep_claims(self, waiting: Counter[str], report: CycleReport) -> None:
+        """Renew the leases of the conversations still being judged, so a slow judge never lets another replica
+        take over a conversation this one is about to record."""
+        while True:
+            await asyncio.sleep(self.lease_seconds / 3)
+            keys = sorted(key for key, count in waiting.items() if count > 0)
+            if keys:
+                try:
+                    self.store.renew_claims(self.replica, keys, self.lease_seconds)
+                except StoreError as exc:
+                    self._note_failure(report, "store", exc)
 
     async def _run(self, task: _Task, judging: _Judging, report: CycleReport, now: datetime) -> None:
         key = task.pending.key
@@ -530,9 +572,18 @@ class Pipeline:
         except Exception as exc:
             self._note_failure(report, "rubrics", exc)
 
+    def _release_claims(self, report: CycleReport) -> None:
+        try:
+            self.store.release_claims(self.replica)
+        except StoreError as exc:
+            self._note_failure(report, "store", exc)
+
     def _prune(self, report: CycleReport, now: datetime) -> None:
         try:
             self.store.prune(now - timedelta(days=self.conversation_settings.retention_days))
+            removed = self.store.retain(now, self.retention)
+            if removed:
+                log.info("retention: removed %s", ", ".join(f"{n} {table}" for table, n in sorted(removed.items())))
         except StoreError as exc:
             self._note_failure(report, "store", exc)
 

@@ -238,6 +238,9 @@ class StoreSettings(_Section):
     """SQLAlchemy URL: ``sqlite:///path.db`` or ``postgresql+psycopg://user@host/db``."""
     url_file: Path | None = None
     """File holding the URL (when it carries a password)."""
+    migrate: Literal["check", "auto"] = "check"
+    """Schema migrations at start-up. ``check``: create an empty database, refuse (exit 2) one whose schema is
+    behind this release (run ``rubric-monitor db upgrade``). ``auto``: upgrade it."""
     store_content: bool = True
     """Keep the exact prompt and raw judge reply with each result (turn off when transcripts are sensitive)."""
 
@@ -246,6 +249,54 @@ class StoreSettings(_Section):
     def _remember_password(cls, value: str) -> str:
         remember_url_password(value)
         return value
+
+
+class RetentionSettings(_Section):
+    results_days: float | None = Field(default=90.0, gt=0)
+    """Results (and their dimension scores) older than this are folded into daily aggregates (counts by outcome,
+    score sums, dimension score counts) and deleted; None keeps every result. Keep it longer than the longest
+    alert window plus its baseline."""
+    conversations_days: float = Field(default=90.0, gt=0)
+    """A conversation whose spans were pruned is forgotten this long after it was scored, with its trace mapping
+    (spans of it arriving even later would be scored as a new conversation)."""
+    adaptive_items_days: float = Field(default=30.0, gt=0)
+    """Cached adaptive rubric items older than this are deleted (generated again when needed)."""
+    aggregates_days: float | None = Field(default=730.0, gt=0)
+    """Daily aggregates of compacted results, hourly rollups and daily judge usage older than this are deleted;
+    None keeps them."""
+    batch: int = Field(default=5000, ge=100)
+    """At most this many rows of each table are removed per cycle, so the first run on a large store does not
+    stall a cycle."""
+
+
+class WritebackSettings(_Section):
+    kind: Literal["off", "otlp", "azure_monitor"] = "off"
+    """Emit each result as an OpenTelemetry ``gen_ai.evaluation.result`` event in the evaluated trace's context:
+    ``otlp`` to any OTLP/HTTP endpoint (``pip install rubric-monitor[otlp]``), ``azure_monitor`` to Application
+    Insights (``pip install rubric-monitor[azure-monitor]``)."""
+    endpoint: str = "http://127.0.0.1:4318/v1/logs"
+    """OTLP/HTTP logs endpoint (``kind: otlp``)."""
+    headers: dict[str, str] = Field(default_factory=dict)
+    """Extra HTTP headers of OTLP requests (``kind: otlp``)."""
+    connection_string: SecretStr | None = None
+    """Application Insights connection string (``kind: azure_monitor``)."""
+    connection_string_file: Path | None = None
+    """File holding the connection string (a mounted secret)."""
+    batch: int = Field(default=200, ge=1, le=5000)
+    """Events per export request; what is still queued goes in the next cycle."""
+    timeout_seconds: float = Field(default=10.0, gt=0)
+    """Timeout of one export request."""
+
+
+class ReplicaSettings(_Section):
+    lease_seconds: float = Field(default=120.0, ge=1.0)
+    """A replica's claim on the conversations it judges lasts this long, renewed every third of it while judging;
+    the conversations of a replica that died are judged by another once its claims expire."""
+    claim_batch: int = Field(default=16, ge=1)
+    """Conversations a replica claims at a time within a cycle; smaller batches share a backlog more evenly
+    between replicas (PostgreSQL; SQLite serves one replica)."""
+    replica_id: str | None = None
+    """This replica's name in the store's claims; default ``host:pid:random``."""
 
 
 class MetricsSettings(_Section):
@@ -416,6 +467,9 @@ class Settings(_Section):
     metrics: MetricsSettings = MetricsSettings()
     alerts: AlertSettings = AlertSettings()
     canary: CanarySettings = CanarySettings()
+    replicas: ReplicaSettings = ReplicaSettings()
+    retention: RetentionSettings = RetentionSettings()
+    writeback: WritebackSettings = WritebackSettings()
 
     @model_validator(mode="after")
     def _check_judge(self) -> Settings:

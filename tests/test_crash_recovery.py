@@ -55,14 +55,19 @@ class Rows:
     def __init__(self, url: str) -> None:
         self.engine = sqlalchemy.create_engine(url)
 
-    def all(self) -> list[tuple[str, str, str, int]]:
+    def all(self) -> list[tuple[str, str, int]]:
+        """(conversation, rubric, turn) of every result; the rubric version is checked apart (the daemon adds
+        the judge prompt's fingerprint to the file's ``version``)."""
         try:
             with self.engine.connect() as conn:
-                rows = conn.exec_driver_sql(
-                    "select conversation_id, rubric, rubric_version, turn_key from results").all()
+                rows = conn.exec_driver_sql("select conversation_id, rubric, turn_key from results").all()
         except sqlalchemy.exc.DBAPIError:
             return []  # no table yet (the first run was killed before creating it), or a write lock
-        return [(str(r[0]), str(r[1]), str(r[2]), int(r[3])) for r in rows]
+        return [(str(r[0]), str(r[1]), int(r[2])) for r in rows]
+
+    def versions(self) -> set[str]:
+        with self.engine.connect() as conn:
+            return {str(v) for v in conn.exec_driver_sql("select distinct rubric_version from results").scalars()}
 
     def partly_recorded(self) -> bool:
         """Some but not all of a conversation's turns are recorded: the moment a crash used to lose the rest."""
@@ -87,7 +92,7 @@ def test_kill_9_during_turn_level_scoring_loses_and_doubles_nothing(tmp_path: Pa
     rubric.update(evaluation_level="turn", version="v1")
     (tmp_path / "rubrics" / "turns.yaml").write_text(yaml.safe_dump(rubric))
     rows = Rows(url)
-    expected = {(c.id, "restaurant-reservation", "v1", turn)
+    expected = {(c.id, "restaurant-reservation", turn)
                 for c in read_conversations(tmp_path / "traces" / "chats.jsonl") for turn in reply_indices(c)}
     assert len(expected) == CONVERSATIONS * TURNS
 
@@ -132,7 +137,9 @@ def test_kill_9_during_turn_level_scoring_loses_and_doubles_nothing(tmp_path: Pa
         finally:
             assert daemon.stop() == 0, daemon.log.read_text()[-3000:]
     final = rows.all()
+    versions = rows.versions()
     rows.engine.dispose()
+    assert len(versions) == 1 and next(iter(versions)).startswith("v1")
     doubled = [row for row, count in Counter(final).items() if count > 1]
     assert doubled == []
     assert set(final) == expected, f"missing: {sorted(expected - set(final))}"

@@ -53,6 +53,17 @@ class StoredSpans:
 
 
 @dataclass(frozen=True)
+class RetentionPolicy:
+    """How long each table keeps its rows (days; None keeps them); see ``RetentionSettings``."""
+
+    results_days: float | None = 90.0
+    conversations_days: float = 90.0
+    adaptive_items_days: float = 30.0
+    aggregates_days: float | None = 730.0
+    batch: int = 5000
+
+
+@dataclass(frozen=True)
 class PendingConversation:
     key: str
     revision: int
@@ -110,6 +121,24 @@ class ResultStore(Protocol):
     def backlog(self, idle_before: datetime, started_before: datetime, future_after: datetime) -> Backlog:
         """How many conversations are ready and unscored (as ``ready_conversations`` tells) and the first span
         of the oldest; how many unscored ones start after ``future_after``."""
+        ...
+
+    def claim_ready(self, owner: str, lease_seconds: float, idle_before: datetime, started_before: datetime,
+                    limit: int | None = None) -> list[PendingConversation]:
+        """Like ``ready_conversations``, only those no other replica holds an unexpired claim on (nor this one:
+        a conversation is taken once per cycle), claimed for ``owner`` for ``lease_seconds`` of wall-clock time."""
+        ...
+
+    def renew_claims(self, owner: str, keys: Sequence[str], lease_seconds: float) -> int:
+        """Extend ``owner``'s claims on ``keys``; returns how many it still held."""
+        ...
+
+    def release_claims(self, owner: str) -> int:
+        """Free ``owner``'s claims on conversations still pending; returns how many."""
+        ...
+
+    def poller_lock(self, source: str) -> AbstractContextManager[bool]:
+        """True inside the block for the one replica that reads ``source`` now."""
         ...
 
     def spans_of(self, key: str) -> list[SpanRecord]: ...
@@ -173,6 +202,10 @@ class ResultStore(Protocol):
 
     def drifting_rubrics(self) -> set[str]:
         """Rubrics whose latest canary run found the judge drifting."""
+        ...
+
+    def retain(self, now: datetime, policy: RetentionPolicy) -> dict[str, int]:
+        """Apply ``policy`` (results compacted into daily aggregates, old rows deleted); rows removed by table."""
         ...
 
     def ping(self) -> None:

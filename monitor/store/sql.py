@@ -6,12 +6,15 @@ Times are stored as UTC epoch seconds (floats): exact to compare on every backen
 from __future__ import annotations
 
 import functools
+import hashlib
+import logging
 import threading
+import time
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, date, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import (
     Boolean,
@@ -21,6 +24,7 @@ from sqlalchemy import (
     Float,
     Integer,
     MetaData,
+    Select,
     String,
     Table,
     Text,
@@ -33,6 +37,7 @@ from sqlalchemy import (
     insert,
     literal,
     select,
+    text,
     update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
@@ -41,7 +46,7 @@ from sqlalchemy.pool import StaticPool
 
 from monitor.assemble import conversation_key
 from monitor.errors import StoreError
-from monitor.models import EvaluationResult, SpanRecord
+from monitor.models import EvaluationResult, SpanRecord, utc_now
 from monitor.store.base import (
     BUCKET_SECONDS,
     Backlog,
@@ -49,12 +54,15 @@ from monitor.store.base import (
     FailedAttempt,
     LatePolicy,
     PendingConversation,
+    RetentionPolicy,
     RollupChanges,
     RollupKey,
     RollupSums,
     StoredSpans,
     bucket_of,
 )
+from monitor.store.migrate import MigrateMode
+from monitor.store.migrate import prepare as prepare_schema
 
 metadata = MetaData()
 
@@ -82,6 +90,10 @@ conversations_table = Table(
     Column("status", String(16), nullable=False, index=True),  # pending | scored | pruned (scored, spans deleted)
     Column("revision", Integer, nullable=False),
     Column("scored_ts", Float),
+    # Replicas on one PostgreSQL: the replica judging this conversation, until when (a lease it renews while
+    # judging; a dead replica's claims expire and another takes them over).
+    Column("claimed_by", Text),
+    Column("claim_expires_ts", Float),
 )
 checkpoints_table = Table(
     "checkpoints", metadata,
@@ -198,6 +210,57 @@ items_table = Table(
     Column("created_ts", Float, nullable=False),
 )
 
+# Retention (monitor/store/retention.py): results older than ``retention.results_days`` are folded into these daily
+# aggregates, then deleted: what the dashboards and regression baselines need of old results (counts by outcome,
+# score sums, the distribution of each dimension's scores), at a size that grows with days, not evaluations.
+compacted_results_table = Table(
+    "compacted_results", metadata,
+    Column("day_ts", Integer, primary_key=True),  # epoch seconds of the UTC day's start
+    Column("rubric", String(256), primary_key=True),
+    Column("rubric_version", Text, primary_key=True),
+    Column("agent", Text, primary_key=True),
+    Column("outcome", String(16), primary_key=True),
+    Column("count", Integer, nullable=False),
+    Column("score_sum", Float, nullable=False),
+)
+compacted_dimensions_table = Table(
+    "compacted_dimensions", metadata,
+    Column("day_ts", Integer, primary_key=True),
+    Column("rubric", String(256), primary_key=True),
+    Column("rubric_version", Text, primary_key=True),
+    Column("agent", Text, primary_key=True),
+    Column("dimension", String(128), primary_key=True),
+    Column("score", Integer, primary_key=True),  # 1..5
+    Column("count", Integer, nullable=False),
+)
+
+# Write-back (monitor/writeback.py): one row per result still to be emitted as an OpenTelemetry event, inserted in
+# the transaction that records the result (so no result is missed, whatever order replicas commit in) and deleted
+# once the exporter acknowledged it.
+outbox_table = Table(
+    "writeback_outbox", metadata,
+    Column("result_id", Integer, primary_key=True),
+    Column("attempts", Integer, nullable=False),
+    Column("created_ts", Float, nullable=False),
+)
+
+# Backfill jobs (monitor/backfill.py): progress and judge spend of each (rubric, version, window), so a resumed job
+# keeps its budget.
+backfill_jobs_table = Table(
+    "backfill_jobs", metadata,
+    Column("job", Text, primary_key=True),
+    Column("rubric", String(256), nullable=False),
+    Column("rubric_version", Text, nullable=False),
+    Column("since_ts", Float, nullable=False),
+    Column("until_ts", Float, nullable=False),
+    Column("total", Integer, nullable=False),
+    Column("done", Integer, nullable=False),
+    Column("spent_usd", Float, nullable=False),
+    Column("max_cost_usd", Float, nullable=False),  # the dearest evaluation so far: the next may cost as much
+    Column("status", String(16), nullable=False),
+    Column("updated_ts", Float, nullable=False),
+)
+
 canary_runs_table = Table(
     "canary_runs", metadata,
     Column("id", Integer, primary_key=True, autoincrement=True),
@@ -212,8 +275,16 @@ canary_runs_table = Table(
 )
 
 _CHUNK = 500
+_CONFLICT_ATTEMPTS = 3
+_T = TypeVar("_T")
+log = logging.getLogger(__name__)
 _MAX_LATE_CHANGES = 50_000
 """Rollup changes to past hours kept for ``drain_rollup_changes``; beyond it the reader is told to reload."""
+
+
+def _lock_key(name: str) -> int:
+    """A stable signed 64-bit advisory lock key for a name (the same in every replica and release)."""
+    return int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big", signed=True)
 
 
 def _text(value: str) -> str:
@@ -255,10 +326,15 @@ def _add_to_rollup(rollup: dict[tuple[int, RollupKey], RollupSums], ts: float, r
 
 
 class SqlStore:
-    """``ResultStore`` over any SQLAlchemy URL; creates its tables on first use."""
+    """``ResultStore`` over any SQLAlchemy URL. An empty database is created at the newest schema revision; one
+    behind it is upgraded with ``migrate="auto"``, else refused (``SchemaBehind``, see ``monitor.store.migrate``)."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, migrate: MigrateMode = "auto") -> None:
         self.url = url
+        self.clock: Callable[[], datetime] = utc_now
+        self.outbox_enabled = False
+        """Queue every recorded result for write-back (``writeback.kind`` is not ``off``)."""
+        """When a row is stamped (scored, cached, checkpointed): a simulated clock in the retention soak."""
         kwargs: dict[str, Any] = {}
         if url.startswith("sqlite") and (url.endswith(":memory:") or url in ("sqlite://", "sqlite+pysqlite://")):
             # One shared connection, or every new connection would see a new, empty database.
@@ -268,7 +344,7 @@ class SqlStore:
         self._late_overflow = False
         try:
             self._engine = create_engine(url, future=True, **kwargs)
-            metadata.create_all(self._engine)
+            prepare_schema(self._engine, migrate, f"store {self._safe_url()}")
         except SQLAlchemyError as exc:
             raise StoreError(f"store {self._safe_url()}: {exc}") from exc
 
@@ -297,7 +373,56 @@ class SqlStore:
             value = row.scalar_one_or_none()
         return value
 
+    def _retrying(self, what: str, write: Callable[[], _T]) -> _T:
+        """Run a write transaction again when another replica inserted the same row first (the loser's
+        transaction is rolled back whole; run again, it sees the winner's row)."""
+        for _ in range(_CONFLICT_ATTEMPTS - 1):
+            try:
+                return write()
+            except IntegrityError as exc:
+                log.info("store: %s conflicted with another writer (%s); trying again", what, exc.orig)
+        try:
+            return write()
+        except IntegrityError as exc:
+            raise StoreError(f"store {self._safe_url()}: {what}: {exc.orig}") from exc
+
+    def poller_lock(self, source: str) -> AbstractContextManager[bool]:
+        """True for the one replica that may read ``source`` now; False for the others, which skip the pull."""
+        return self.singleton_lock(f"poll:{source}")
+
+    @contextmanager
+    def singleton_lock(self, name: str) -> Iterator[bool]:
+        """True inside the block for one replica at a time (a PostgreSQL session advisory lock, released when the
+        block ends or the replica's connection dies); False for the others, which skip the work."""
+        if self._engine.dialect.name != "postgresql":
+            yield True  # SQLite: one replica per file (see monitor.store.replicas)
+            return
+        key = _lock_key(name)
+        try:
+            conn = self._engine.connect()
+            held = bool(conn.execute(text("SELECT pg_try_advisory_lock(:key)"), {"key": key}).scalar())
+            conn.commit()
+        except SQLAlchemyError as exc:
+            raise StoreError(f"store {self._safe_url()}: {exc}") from exc
+        try:
+            yield held
+        finally:
+            try:
+                if held:
+                    conn.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": key})
+                    conn.commit()
+                conn.close()
+            except SQLAlchemyError:
+                conn.invalidate()  # closing the session for real releases its advisory locks
+                conn.close()
+
     def add_spans(
+        self, source: str, spans: Sequence[SpanRecord], checkpoint: str, late_turns: LatePolicy
+    ) -> StoredSpans:
+        return self._retrying(f"storing spans of {source}",
+                              lambda: self._add_spans(source, spans, checkpoint, late_turns))
+
+    def _add_spans(
         self, source: str, spans: Sequence[SpanRecord], checkpoint: str, late_turns: LatePolicy
     ) -> StoredSpans:
         unique = {(s.trace_id, s.span_id): s for s in map(_clean_ids, spans)}
@@ -402,15 +527,23 @@ class SqlStore:
         conn.execute(update(conversations_table).where(conversations_table.c.key == key).values(**values))
         return outcome
 
-    @staticmethod
-    def _save_checkpoint(conn: Connection, source: str, checkpoint: str) -> None:
-        now = datetime.now(UTC).timestamp()
+    def _save_checkpoint(self, conn: Connection, source: str, checkpoint: str) -> None:
+        now = self.clock().timestamp()
         updated = conn.execute(update(checkpoints_table).where(checkpoints_table.c.source == source)
                                .values(checkpoint=checkpoint, updated_ts=now))
         if updated.rowcount == 0:
             conn.execute(insert(checkpoints_table).values(source=source, checkpoint=checkpoint, updated_ts=now))
 
     # ② conversations -------------------------------------------------------------------------------------------
+
+    @staticmethod
+    def _ready_query(idle_before: datetime, started_before: datetime, limit: int | None) -> Select[Any]:
+        c = conversations_table.c
+        return (select(c.key, c.revision, c.first_span_ts, c.last_span_ts)
+                .where(c.status == "pending")
+                .where((c.last_span_ts <= _ts(idle_before)) | (c.first_span_ts <= _ts(started_before)))
+                .order_by(c.first_span_ts, c.key)
+                .limit(limit))
 
     def ready_conversations(self, idle_before: datetime, started_before: datetime,
                             limit: int | None = None,
@@ -427,6 +560,53 @@ class SqlStore:
         with self._tx() as conn:
             rows = conn.execute(query).all()
         return [PendingConversation(r.key, r.revision, _dt(r.first_span_ts), _dt(r.last_span_ts)) for r in rows]
+
+    def claim_ready(self, owner: str, lease_seconds: float, idle_before: datetime, started_before: datetime,
+                    limit: int | None = None) -> list[PendingConversation]:
+        c = conversations_table.c
+        now = time.time()  # leases are wall-clock time shared by every replica, whatever clock a cycle runs on
+        # A claim ends when it expires or its conversation is scored (``claimed_by`` then stays: who scored it).
+        unclaimed = c.claim_expires_ts.is_(None) | (c.claim_expires_ts < now)
+        # FOR UPDATE SKIP LOCKED: replicas claiming at the same moment each get different conversations, without
+        # waiting for one another (SQLite, one replica, ignores it).
+        query = (select(c.key, c.revision, c.first_span_ts, c.last_span_ts)
+                 .where(c.status == "pending", self._ready(idle_before, started_before), unclaimed)
+                 .order_by(c.first_span_ts, c.key)
+                 .limit(limit)
+                 .with_for_update(skip_locked=True, of=conversations_table))
+        with self._tx() as conn:
+            rows = conn.execute(query).all()
+            keys = [r.key for r in rows]
+            for start in range(0, len(keys), _CHUNK):
+                conn.execute(update(conversations_table).where(c.key.in_(keys[start:start + _CHUNK]))
+                             .values(claimed_by=owner, claim_expires_ts=now + lease_seconds))
+        return [PendingConversation(r.key, r.revision, _dt(r.first_span_ts), _dt(r.last_span_ts)) for r in rows]
+
+    def renew_claims(self, owner: str, keys: Sequence[str], lease_seconds: float) -> int:
+        c = conversations_table.c
+        renewed = 0
+        with self._tx() as conn:
+            for start in range(0, len(keys), _CHUNK):
+                renewed += conn.execute(
+                    update(conversations_table)
+                    .where(and_(c.claimed_by == owner, c.key.in_(list(keys[start:start + _CHUNK]))))
+                    .values(claim_expires_ts=time.time() + lease_seconds)).rowcount or 0
+        return renewed
+
+    def release_claims(self, owner: str) -> int:
+        c = conversations_table.c
+        with self._tx() as conn:
+            return conn.execute(update(conversations_table)
+                                .where(and_(c.claimed_by == owner, c.status == "pending"))
+                                .values(claim_expires_ts=None)).rowcount or 0
+
+    def claims(self) -> dict[str, tuple[str, str | None]]:
+        """Conversation key → (status, the replica that claimed it last): who judged what, for operators and
+        tests."""
+        c = conversations_table.c
+        with self._tx() as conn:
+            rows = conn.execute(select(c.key, c.status, c.claimed_by)).all()
+        return {str(r.key): (str(r.status), r.claimed_by) for r in rows}
 
     @staticmethod
     def _ready(idle_before: datetime, started_before: datetime) -> ColumnElement[bool]:
@@ -454,7 +634,7 @@ class SqlStore:
 
     def mark_scored_many(self, items: Sequence[tuple[str, int]]) -> None:
         c = conversations_table.c
-        now = datetime.now(UTC).timestamp()
+        now = self.clock().timestamp()
         by_revision: dict[int, list[str]] = defaultdict(list)
         for key, revision in items:
             by_revision[revision].append(key)
@@ -463,7 +643,7 @@ class SqlStore:
                 for start in range(0, len(keys), _CHUNK):
                     conn.execute(update(conversations_table)
                                  .where(c.key.in_(keys[start:start + _CHUNK]), c.revision == revision)
-                                 .values(status="scored", scored_ts=now))
+                                 .values(status="scored", scored_ts=now, claim_expires_ts=None))
 
     # ④⑤ results -------------------------------------------------------------------------------------------------
 
@@ -507,6 +687,8 @@ class SqlStore:
                 if primary_key is None:
                     raise StoreError("store returned no id for the new result row")
                 result_id = primary_key[0]
+                if self.outbox_enabled:
+                    conn.execute(insert(outbox_table).values(result_id=result_id, attempts=0, created_ts=ts))
                 scores = [(d.id, d.score) for d in result.dimension_scores
                           if d.applicable and d.score is not None and result.outcome != "unscored"]
                 if scores:
@@ -602,6 +784,10 @@ class SqlStore:
             return [EvaluationResult.model_validate_json(p) for p in conn.execute(query.limit(limit)).scalars()]
 
     def record_failure(self, key: str, rubric: str, revision: int, error: str = "", calls: int = 0) -> int:
+        return self._retrying(f"counting a judge failure of {key!r}",
+                              lambda: self._record_failure(key, rubric, revision, error, calls))
+
+    def _record_failure(self, key: str, rubric: str, revision: int, error: str, calls: int) -> int:
         f = failures_table.c
         where = and_(f.conversation_key == key, f.rubric == rubric, f.revision == revision)
         with self._tx() as conn:
@@ -614,7 +800,7 @@ class SqlStore:
             attempt = 1 if attempts is None else int(attempts) + 1
             conn.execute(insert(failure_log_table).values(
                 conversation_key=key, rubric=rubric, revision=revision, attempt=attempt,
-                at_ts=datetime.now(UTC).timestamp(), error=_text(error), calls=calls))
+                at_ts=self.clock().timestamp(), error=_text(error), calls=calls))
             return attempt
 
     def failed_attempts(self, key: str, rubric: str, revision: int) -> list[FailedAttempt]:
@@ -628,6 +814,9 @@ class SqlStore:
     # budgets ---------------------------------------------------------------------------------------------------
 
     def add_usage(self, rubric: str, day: date, tokens: int, usd: float) -> None:
+        self._retrying(f"charging rubric {rubric!r}", lambda: self._add_usage(rubric, day, tokens, usd))
+
+    def _add_usage(self, rubric: str, day: date, tokens: int, usd: float) -> None:
         u = usage_table.c
         where = and_(u.rubric == rubric, u.day == day.isoformat())
         with self._tx() as conn:
@@ -731,7 +920,7 @@ class SqlStore:
         try:
             with self._tx() as conn:
                 conn.execute(insert(items_table).values(key=key, payload=payload,
-                                                        created_ts=datetime.now(UTC).timestamp()))
+                                                        created_ts=self.clock().timestamp()))
         except IntegrityError:
             pass  # generated concurrently by another evaluation: the first one stays
 
@@ -759,6 +948,78 @@ class SqlStore:
         """Rubrics whose latest canary run found the judge drifting: their quality changes are the judge's, not
         the agent's (the regression detector suppresses them)."""
         return {name for name, run in self.last_canary_runs().items() if run.drift}
+
+    # write-back outbox -------------------------------------------------------------------------------------------
+
+    def outbox_batch(self, limit: int) -> list[tuple[int, EvaluationResult]]:
+        """The oldest results waiting to be written back, with their row ids."""
+        o, r = outbox_table.c, results_table.c
+        query = (select(o.result_id, r.payload).join(results_table, r.id == o.result_id)
+                 .order_by(o.result_id).limit(limit))
+        with self._tx() as conn:
+            rows = conn.execute(query).all()
+        return [(int(row[0]), EvaluationResult.model_validate_json(row[1])) for row in rows]
+
+    def outbox_done(self, result_ids: Sequence[int]) -> None:
+        with self._tx() as conn:
+            for start in range(0, len(result_ids), _CHUNK):
+                conn.execute(delete(outbox_table).where(
+                    outbox_table.c.result_id.in_(list(result_ids[start:start + _CHUNK]))))
+
+    def outbox_failed(self, result_ids: Sequence[int]) -> None:
+        o = outbox_table.c
+        with self._tx() as conn:
+            for start in range(0, len(result_ids), _CHUNK):
+                conn.execute(update(outbox_table).where(o.result_id.in_(list(result_ids[start:start + _CHUNK])))
+                             .values(attempts=o.attempts + 1))
+
+    def outbox_pending(self) -> int:
+        with self._tx() as conn:
+            return int(conn.execute(select(func.count()).select_from(outbox_table)).scalar_one())
+
+    # backfill jobs ----------------------------------------------------------------------------------------------
+
+    def backfill_job(self, job: str, rubric: str, version: str, since: datetime, until: datetime
+                     ) -> tuple[float, float]:
+        """Start or resume a backfill job; returns (spent so far, its dearest evaluation so far)."""
+        b = backfill_jobs_table.c
+        with self._tx() as conn:
+            row = conn.execute(select(b.spent_usd, b.max_cost_usd).where(b.job == job)).first()
+            if row is None:
+                conn.execute(insert(backfill_jobs_table).values(
+                    job=job, rubric=rubric, rubric_version=_text(version), since_ts=_ts(since), until_ts=_ts(until),
+                    total=0, done=0, spent_usd=0.0, max_cost_usd=0.0, status="running",
+                    updated_ts=self.clock().timestamp()))
+                return 0.0, 0.0
+        return float(row[0]), float(row[1])
+
+    def backfill_progress(self, job: str, total: int, done: int, spent_usd: float, max_cost_usd: float,
+                          status: str) -> None:
+        with self._tx() as conn:
+            conn.execute(update(backfill_jobs_table).where(backfill_jobs_table.c.job == job).values(
+                total=total, done=done, spent_usd=spent_usd, max_cost_usd=max_cost_usd, status=status,
+                updated_ts=self.clock().timestamp()))
+
+    def backfill_jobs(self) -> list[dict[str, Any]]:
+        with self._tx() as conn:
+            return [dict(r._mapping) for r in conn.execute(select(backfill_jobs_table)
+                                                           .order_by(backfill_jobs_table.c.updated_ts))]
+
+    def pending_keys(self, keys: Sequence[str]) -> set[str]:
+        """Which of ``keys`` are conversations the daemon has pending (it will score them itself)."""
+        c = conversations_table.c
+        found: set[str] = set()
+        with self._tx() as conn:
+            for start in range(0, len(keys), _CHUNK):
+                chunk = [_text(k) for k in keys[start:start + _CHUNK]]
+                found.update(conn.execute(select(c.key).where(and_(c.key.in_(chunk), c.status == "pending")))
+                             .scalars())
+        return found
+
+    def retain(self, now: datetime, policy: RetentionPolicy) -> dict[str, int]:
+        from monitor.store import retention
+
+        return retention.apply(self, now, policy)
 
     def ping(self) -> None:
         with self._tx() as conn:
