@@ -331,6 +331,10 @@ def build_monitor(settings: Settings, registry: CollectorRegistry | None = None)
         raise
     try:
         store = SqlStore(stages.url, settings.store.migrate)
+        if single.held:
+            # The SQLite file is locked to this process: a claim in it was left by a daemon that died (kill -9,
+            # out of memory), and its conversations are judged now instead of after the lease.
+            store.release_claims(None)
     except StoreError as exc:
         single.release()
         stages.close()

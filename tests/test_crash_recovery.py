@@ -112,6 +112,9 @@ def test_kill_9_during_turn_level_scoring_loses_and_doubles_nothing(tmp_path: Pa
             metrics={"host": "127.0.0.1", "port": port},
             judge={"concurrency": 2},
             interval_seconds=1,
+            # On PostgreSQL other replicas may be alive, so a killed daemon's claims wait out their lease (SQLite is
+            # locked to one daemon, which frees them at start): a short lease keeps the test short.
+            replicas={"lease_seconds": 3},
         ))
         kills = 0
         while kills < KILLS and len(set(rows.all())) < len(expected):

@@ -49,6 +49,11 @@ class SingleReplicaLock:
         handle.flush()
         self._handle = handle
 
+    @property
+    def held(self) -> bool:
+        """True on a SQLite file this process has locked: no other daemon can be using it."""
+        return self._handle is not None
+
     def release(self) -> None:
         if self._handle is not None:
             fcntl.flock(self._handle.fileno(), fcntl.LOCK_UN)

@@ -593,11 +593,14 @@ class SqlStore:
                     .values(claim_expires_ts=time.time() + lease_seconds)).rowcount or 0
         return renewed
 
-    def release_claims(self, owner: str) -> int:
+    def release_claims(self, owner: str | None) -> int:
+        """Release the claims of ``owner`` on conversations still pending; ``None``: every replica's claims (only
+        for a store that proves no other replica runs, such as a locked SQLite file)."""
         c = conversations_table.c
+        owned = c.claimed_by == owner if owner is not None else c.claim_expires_ts.is_not(None)
         with self._tx() as conn:
             return conn.execute(update(conversations_table)
-                                .where(and_(c.claimed_by == owner, c.status == "pending"))
+                                .where(and_(owned, c.status == "pending"))
                                 .values(claim_expires_ts=None)).rowcount or 0
 
     def claims(self) -> dict[str, tuple[str, str | None]]:
