@@ -57,14 +57,6 @@ def slow_verdict(latency: float) -> Any:
     return handler
 
 
-def fresh_postgres(url: str) -> str:
-    engine = sqlalchemy.create_engine(url)
-    with engine.begin() as conn:
-        conn.exec_driver_sql("DROP SCHEMA public CASCADE; CREATE SCHEMA public;")
-    engine.dispose()
-    return url
-
-
 def replica_config(directory: Path, traces: Path, rubrics: Path, store_url: str, judge_url: str, port: int,
                    **sections: Any) -> Path:
     directory.mkdir(parents=True, exist_ok=True)

@@ -21,8 +21,8 @@ from monitor.backfill import run_backfill
 from monitor.settings import Settings
 from tests.conftest import REPO
 from tests.fakes.openai_server import ScriptedOpenAIServer
-from tests.fleet import case_of, fresh_postgres, results_count, slow_verdict, wait_until, write_conversations
-from tests.helpers import judge_config, write_config
+from tests.fleet import case_of, results_count, slow_verdict, wait_until, write_conversations
+from tests.helpers import fresh_postgres, judge_config, write_config
 from tools.tau_to_otlp import DEFAULT_START, RECORD_SPACING
 
 POSTGRES_URL = os.environ.get("RUBRIC_MONITOR_TEST_POSTGRES_URL")

@@ -18,19 +18,11 @@ from monitor.models import DimensionScore, EvaluationResult, SpanRecord
 from monitor.store import SqlStore, migrate
 from monitor.store.sql import metadata
 from tests.conftest import REPO
-from tests.helpers import judge_config, run_cli, write_config
+from tests.helpers import fresh_postgres, judge_config, run_cli, write_config
 from tests.legacy import store_0_1_0 as legacy
 
 POSTGRES_URL = os.environ.get("RUBRIC_MONITOR_TEST_POSTGRES_URL")
 T0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
-
-
-def fresh_postgres(url: str) -> str:
-    engine = sqlalchemy.create_engine(url)
-    with engine.begin() as conn:
-        conn.exec_driver_sql("DROP SCHEMA public CASCADE; CREATE SCHEMA public;")
-    engine.dispose()
-    return url
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

@@ -24,7 +24,6 @@ from tests.fakes.openai_server import ScriptedOpenAIServer
 from tests.fleet import (
     Replica,
     case_of,
-    fresh_postgres,
     replica_config,
     results_count,
     scored,
@@ -32,7 +31,7 @@ from tests.fleet import (
     wait_until,
     write_conversations,
 )
-from tests.helpers import run_cli
+from tests.helpers import fresh_postgres, run_cli
 from tests.test_daemon import free_port
 
 POSTGRES_URL = os.environ.get("RUBRIC_MONITOR_TEST_POSTGRES_URL")

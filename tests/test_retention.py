@@ -14,7 +14,7 @@ from monitor.models import DimensionScore, EvaluationResult, SpanRecord
 from monitor.store import SqlStore
 from monitor.store.base import RetentionPolicy
 from monitor.store.retention import compacted
-from tests.fleet import fresh_postgres
+from tests.helpers import fresh_postgres
 
 POSTGRES_URL = os.environ.get("RUBRIC_MONITOR_TEST_POSTGRES_URL")
 DAY0 = datetime(2026, 1, 10, 12, 0, tzinfo=UTC)

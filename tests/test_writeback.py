@@ -16,8 +16,7 @@ from monitor.settings import Settings
 from tests.conftest import REPO
 from tests.fakes.openai_server import ScriptedOpenAIServer
 from tests.fakes.telemetry import AppInsightsIngestion, OtlpLogsReceiver
-from tests.fleet import fresh_postgres
-from tests.helpers import SEED_PASS_SCORES, judge_config, verdict
+from tests.helpers import SEED_PASS_SCORES, fresh_postgres, judge_config, verdict
 
 POSTGRES_URL = os.environ.get("RUBRIC_MONITOR_TEST_POSTGRES_URL")
 CONVERSATIONS = {"conv-booking-ok", "conv-party-too-big", "conv-cancel"}
