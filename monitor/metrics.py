@@ -208,8 +208,8 @@ class MonitorMetrics:
         self.runtime = RuntimeMetrics(registry)
         for result in ("ok", "failed"):
             self.cycles.labels(result)
-        self.backlog = BacklogMetrics(registry)  # helper numbers' block (issue 8, item 11)
-        self.judge_trust = JudgeTrustMetrics(registry)  # helper judge's block: drift canaries (monitor.canary)
+        self.backlog = BacklogMetrics(registry)  # the backlog of ready conversations (issue 8, item 11)
+        self.judge_trust = JudgeTrustMetrics(registry)  # drift canaries (monitor.canary)
 
     def judge_configured(self, kind: str, model: str) -> None:
         """Publish ``judge_info`` and pre-create the judge's counters at zero, so ratios work from the start."""
@@ -261,7 +261,7 @@ def catalog(metrics: MonitorMetrics) -> list[FamilySpec]:
                 found[name] = FamilySpec(name, kind, tuple(value._labelnames),
                                          str(value._documentation))
             elif depth < 2 and hasattr(value, "__dict__") and type(value).__module__.startswith("monitor."):
-                walk(value, depth + 1)  # another helper's block of metrics, held as an attribute
+                walk(value, depth + 1)  # a block of metrics held as an attribute (backlog, canaries, runtime)
 
     walk(metrics, 0)
     for spec in QUALITY_FAMILIES:

@@ -1,4 +1,4 @@
-"""Hourly quality rollups (helper metrics), filled from the results already stored.
+"""Hourly quality rollups, filled from the results already stored.
 
 Revision ID: 0004
 Revises: 0003
