@@ -87,8 +87,9 @@ class _Task:
 
 
 EAGER_PLAN = 32
-"""Evaluations planned before the first judge call may start: a small cycle is planned whole, so its progress
-lines count against the real total; beyond it, judging overlaps the reading of the backlog."""
+"""Evaluations planned before the first judge call may start (at most one claim batch: replicas must share a
+backlog): a small cycle is planned whole, so its progress lines count against the real total; beyond it, judging
+overlaps the reading of the backlog."""
 
 
 @dataclass
@@ -410,7 +411,7 @@ class Pipeline:
             for tasks in plan:
                 running.extend(asyncio.ensure_future(self._run(task, judging, report, now)) for task in tasks)
                 judging.planned += len(tasks)
-                if judging.planned >= EAGER_PLAN:
+                if judging.planned >= min(EAGER_PLAN, self.claim_batch):
                     await asyncio.sleep(0)  # let the calls in flight progress between two conversations
                 if self.stop.is_set():
                     report.stopped_early = True
