@@ -86,6 +86,7 @@ class _Task:
     """Turns recorded before a crash cut this evaluation short."""
 
 
+CATCH_UP_POLL_SECONDS = 0.05
 EAGER_PLAN = 32
 """Evaluations planned before the first judge call may start (at most one claim batch: replicas must share a
 backlog): a small cycle is planned whole, so its progress lines count against the real total; beyond it, judging
@@ -104,6 +105,7 @@ class _Judging:
     """Conversations not to mark scored this cycle: an evaluation failed, was deferred by the cap or stopped."""
     planned: int = 0
     started: int = 0
+    finished: int = 0
 
 
 @dataclass
@@ -139,6 +141,8 @@ class Pipeline:
     retention: RetentionPolicy = field(default_factory=RetentionPolicy)
     source_problem: str | None = None
     """Why the source's last read failed (``/readyz``); None once a read succeeds."""
+    _page_left: int = field(default=0, init=False, repr=False)
+    """Conversations of the claimed page not yet handed to planning (0: the next one claims a new page)."""
 
     def run_cycle(self, now: datetime | None = None) -> CycleReport:
         now = now or utc_now()
@@ -183,6 +187,7 @@ class Pipeline:
             report.spans_new += stored.new
             if batch.read_through is not None:
                 report.read_through = batch.read_through
+                self.store.save_read_through(name, batch.read_through)
             self.metrics.spans.labels(name).inc(len(batch.spans))
             self.metrics.source_rows.labels(name).inc(batch.rows)
             for reason, count in batch.rejected.items():
@@ -223,8 +228,9 @@ class Pipeline:
         Ready means idle (or old) enough by the earlier of the ingestion horizon and what the source has read
         in full: a conversation whose later spans sit behind a failed or unfinished read is not ready yet.
         """
-        read_through = max((t for t in (self.source.read_through(), report.read_through) if t is not None),
-                           default=None)
+        # Another replica may be the one reading the source: what it has read in full is in the store.
+        positions = (self.source.read_through(), report.read_through, self.store.read_through(self.source.name))
+        read_through = max((t for t in positions if t is not None), default=None)
         if read_through is None:
             return  # no read of the source has completed yet: any conversation may still be missing spans
         horizon = min(now - self.completeness_delay, read_through)
@@ -234,7 +240,9 @@ class Pipeline:
         while True:
             page = self.store.claim_ready(self.replica, self.lease_seconds, idle_before=idle_before,
                                           started_before=started_before, limit=self.claim_batch)
+            self._page_left = len(page)
             for item in page:
+                self._page_left -= 1
                 if item.key in seen:
                     continue
                 seen.add(item.key)
@@ -413,6 +421,11 @@ class Pipeline:
                 judging.planned += len(tasks)
                 if judging.planned >= min(EAGER_PLAN, self.claim_batch):
                     await asyncio.sleep(0)  # let the calls in flight progress between two conversations
+                # Claim the next page only once the judge has caught up: a replica holds about as many claims as it
+                # works on, so replicas share a backlog (the claims of a page in hand are renewed as they are judged).
+                while (self._page_left == 0 and judging.planned - judging.finished >= self.claim_batch
+                       and not self.stop.is_set()):
+                    await asyncio.sleep(CATCH_UP_POLL_SECONDS)
                 if self.stop.is_set():
                     report.stopped_early = True
                     break
@@ -446,6 +459,12 @@ class Pipeline:
                     self._note_failure(report, "store", exc)
 
     async def _run(self, task: _Task, judging: _Judging, report: CycleReport, now: datetime) -> None:
+        try:
+            await self._run_one(task, judging, report, now)
+        finally:
+            judging.finished += 1
+
+    async def _run_one(self, task: _Task, judging: _Judging, report: CycleReport, now: datetime) -> None:
         key = task.pending.key
         async with judging.gate:
             if self.stop.is_set():

@@ -104,6 +104,12 @@ class CanaryRun:
 class ResultStore(Protocol):
     def checkpoint(self, source: str) -> str | None: ...
 
+    def read_through(self, source: str) -> datetime | None:
+        """How far the source was last read in full, by whichever replica polls it (``save_read_through``)."""
+        ...
+
+    def save_read_through(self, source: str, at: datetime) -> None: ...
+
     def add_spans(
         self, source: str, spans: Sequence[SpanRecord], checkpoint: str, late_turns: LatePolicy
     ) -> StoredSpans:

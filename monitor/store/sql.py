@@ -373,6 +373,20 @@ class SqlStore:
             value = row.scalar_one_or_none()
         return value
 
+    # A source's read-through instant rides in the checkpoints table under a name no source has (sources are named
+    # by the code: otlp_file, app_insights), so replicas that do not poll learn what the poller has read in full.
+    @staticmethod
+    def _read_through_key(source: str) -> str:
+        return f"{source}#read_through"
+
+    def read_through(self, source: str) -> datetime | None:
+        value = self.checkpoint(self._read_through_key(source))
+        return datetime.fromisoformat(value) if value else None
+
+    def save_read_through(self, source: str, at: datetime) -> None:
+        with self._tx() as conn:
+            self._save_checkpoint(conn, self._read_through_key(source), at.isoformat())
+
     def _retrying(self, what: str, write: Callable[[], _T]) -> _T:
         """Run a write transaction again when another replica inserted the same row first (the loser's
         transaction is rolled back whole; run again, it sees the winner's row)."""
