@@ -11,7 +11,6 @@ from pathlib import Path
 
 from tests.conftest import REPO
 
-
 SIBLING = "/".join(("..", "shared"))
 """The folder beside the repository that a user's clone does not have (spelt in parts so this file is not a hit)."""
 
