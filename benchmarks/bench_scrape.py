@@ -36,6 +36,7 @@ if __package__ in (None, ""):
 import sqlalchemy
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
+from monitor.evaluators.prompts import PROMPT_VERSION
 from monitor.exposition import Exposition
 from monitor.health import HealthState, MonitorHTTPServer
 from monitor.metrics import MonitorMetrics
@@ -187,7 +188,7 @@ def measure(url: str, size: int, records: int) -> dict[str, Any]:
 
     registry = CollectorRegistry()
     metrics = MonitorMetrics(registry, [parse_window(w) for w in WINDOWS], max_agents_per_rubric=50)
-    metrics.judge_configured("openai", "gpt-4o-mini")
+    metrics.judge_configured("openai", "gpt-4o-mini", PROMPT_VERSION)
     for r in range(RUBRICS):
         metrics.rubric_active(rubric(r))
         metrics.rubric_info.labels(rubric(r), "1", "weighted").set(1)
