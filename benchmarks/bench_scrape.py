@@ -26,6 +26,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,7 @@ from monitor.exposition import Exposition
 from monitor.health import HealthState, MonitorHTTPServer
 from monitor.metrics import MonitorMetrics
 from monitor.models import DimensionScore, EvaluationResult
+from monitor.quality import QualityMetrics
 from monitor.rollups import parse_window
 from monitor.store.base import RollupKey, RollupSums
 from monitor.store.sql import SqlStore
@@ -50,6 +52,9 @@ SCRAPES = 20
 OPENMETRICS = "application/openmetrics-text; version=1.0.0; charset=utf-8"
 _PAYLOAD = json.dumps({"reason": "x" * 200})  # a stand-in: nothing timed here reads a result's payload
 _CHUNK = 20_000
+# A judge's reasons as the weighted evaluator keeps them (bounded), so a recorded payload has its real size.
+_REASON = "The agent confirmed the booking details and cited the fare rules, but skipped the baggage policy. " * 2
+_DIMENSION_REASON = "Asked for the reservation id before changing the flight; quoted the policy correctly."
 
 
 def rubric(r: int) -> str:
@@ -72,7 +77,8 @@ def bulk_insert(store: SqlStore, size: int, now: float) -> float:
             cursor.execute("PRAGMA synchronous=OFF")
         next_id = 1
         for start in range(0, size, _CHUNK):
-            results, dimensions = [], []
+            results: list[tuple[Any, ...]] = []
+            dimensions: list[tuple[Any, ...]] = []
             for i in range(start, min(size, start + _CHUNK)):
                 r, a = rng.randrange(RUBRICS), rng.randrange(AGENTS)
                 ts = now - rng.random() * 86400
@@ -112,20 +118,39 @@ def evaluation(r: int, a: int, serial: int, at: datetime) -> EvaluationResult:
     return EvaluationResult(
         conversation_id=f"live-{serial}", trace_ids=(f"{serial:032x}",), agent=agent(a), rubric=rubric(r),
         rubric_version="1", rubric_kind="weighted", judge_model="m", outcome="pass" if score >= 0.6 else "fail",
-        score=score, evaluated_at=at, reason="scripted",
-        dimension_scores=tuple(DimensionScore(id=f"dim-{d}", score=s, applicable=True, weight=1)
+        score=score, evaluated_at=at, reason=_REASON,
+        dimension_scores=tuple(DimensionScore(id=f"dim-{d}", score=s, applicable=True, weight=1 + d % 3,
+                                              reason=_DIMENSION_REASON)
                                for d, s in enumerate(scores)),
     )
 
 
 class _WithoutRollups(SqlStore):
-    """``record`` as it was: no rollup maintenance."""
+    """``record`` without the rollup maintenance, in the statements the store uses now."""
 
-    def _apply_rollup(self, conn: Any, rollup: dict[tuple[int, RollupKey], RollupSums]) -> None:
-        return None
+    def _insert_result(self, conn: Any, row: dict[str, Any], scores: Sequence[tuple[str, int]],
+                       rollup: dict[tuple[int, RollupKey], RollupSums]) -> None:
+        super()._insert_result(conn, row, scores, {})
 
     def _note_late_changes(self, rollup: dict[tuple[int, RollupKey], RollupSums]) -> None:
         return None
+
+
+class _Before(_WithoutRollups):
+    """``record`` as it was before the rollups: one statement per table (result, then its dimension rows)."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self._one_statement = False
+
+
+class _SeparateStatements(SqlStore):
+    """``record`` with rollups in one statement per table (result, dimension rows, rollup upsert): what it was
+    on PostgreSQL before the one-statement record."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self._one_statement = False
 
 
 class _OldQualityMetrics:
@@ -148,25 +173,58 @@ class _OldQualityMetrics:
                     self.dimension.labels(*labels, d.id).observe(d.score)
 
 
-def record_costs(url: str, count: int) -> dict[str, float]:
-    new, old = SqlStore(url), _WithoutRollups(url)
-    new_metrics = MonitorMetrics(CollectorRegistry(), [parse_window(w) for w in WINDOWS]).quality
-    old_metrics = _OldQualityMetrics()
-    timings: dict[str, list[float]] = {"store_old": [], "store_new": [], "metrics_old": [], "metrics_new": []}
-    now = datetime.now(UTC)
-    for i in range(count):
-        done = evaluation(i % RUBRICS, (i // RUBRICS) % AGENTS, 10_000_000 + i, now)
-        which = "new" if i % 2 else "old"
-        store = new if which == "new" else old
-        started = time.perf_counter()
-        store.record(done)
-        timings[f"store_{which}"].append(time.perf_counter() - started)
-        started = time.perf_counter()
-        (new_metrics if which == "new" else old_metrics).record(done)
-        timings[f"metrics_{which}"].append(time.perf_counter() - started)
-    new.close()
-    old.close()
-    return {name: statistics.median(values) * 1000 for name, values in timings.items()}
+RECORD_VARIANTS = {
+    "before": _Before,  # no rollups, one statement per table (main before issue 10)
+    "now": SqlStore,  # the product
+    "separate": _SeparateStatements,  # rollups, one statement per table (PostgreSQL before this change)
+    "now_without_rollups": _WithoutRollups,  # the product's statements without the rollup part
+}
+"""Stores compared by ``record_costs``; on SQLite the last two are the same code as ``now`` and ``before``."""
+
+
+def record_costs(url: str, rounds: int, per_round: int) -> dict[str, Any]:
+    """Per-record wall time of each store variant, interleaved: each round records ``per_round`` results per
+    variant, taking turns result by result in an order that rotates, so machine load hits every variant alike.
+    Returns each variant's median (ms) over all records, and per round the ratio of its median to ``before``'s.
+    Metrics: the histograms before issue 10 against the counters now, timed alongside."""
+    postgres = url.startswith("postgresql")
+    names = list(RECORD_VARIANTS) if postgres else ["before", "now"]
+    stores = {name: RECORD_VARIANTS[name](url) for name in names}
+    metrics: dict[str, _OldQualityMetrics | QualityMetrics] = {"before": _OldQualityMetrics(),
+               "now": MonitorMetrics(CollectorRegistry(), [parse_window(w) for w in WINDOWS]).quality}
+    times: dict[str, list[list[float]]] = {name: [] for name in [*names, "metrics_before", "metrics_now"]}
+    now, serial = datetime.now(UTC), 0
+    for round_index in range(rounds):
+        for values in times.values():
+            values.append([])
+        for i in range(per_round):
+            order = names[(i + round_index) % len(names):] + names[:(i + round_index) % len(names)]
+            for name in order:
+                serial += 1
+                done = evaluation(serial % RUBRICS, (serial // RUBRICS) % AGENTS, 10_000_000 + serial, now)
+                started = time.perf_counter()
+                stores[name].record(done)
+                times[name][-1].append(time.perf_counter() - started)
+                if name in metrics:
+                    started = time.perf_counter()
+                    metrics[name].record(done)
+                    times[f"metrics_{name}"][-1].append(time.perf_counter() - started)
+    for store in stores.values():
+        store.close()
+    report: dict[str, Any] = {f"record_{name}_ms": round(statistics.median(
+        [t for per_round_times in rounds_times for t in per_round_times]) * 1000, 3)
+        for name, rounds_times in times.items()}
+    for name in names[1:]:
+        ratios = [statistics.median(mine) / statistics.median(base)
+                  for mine, base in zip(times[name], times["before"], strict=True)]
+        report[f"record_{name}_vs_before_per_round"] = [round(r, 3) for r in ratios]
+        report[f"record_{name}_vs_before_median"] = round(statistics.median(ratios), 3)
+    whole = [(statistics.median(s) + statistics.median(m)) / (statistics.median(b) + statistics.median(mb))
+             for s, m, b, mb in zip(times["now"], times["metrics_now"], times["before"], times["metrics_before"],
+                                    strict=True)]
+    report["record_whole_path_now_vs_before_median"] = round(statistics.median(whole), 3)
+    report["record_rounds"], report["record_per_round"] = rounds, per_round
+    return report
 
 
 def get(url: str, **headers: str) -> tuple[float, bytes]:
@@ -278,15 +336,23 @@ def main() -> None:
     parser.add_argument("--backend", choices=["sqlite", "postgres"], default="sqlite")
     parser.add_argument("--postgres-url", default="postgresql+psycopg://postgres@127.0.0.1:55432/rm_bench")
     parser.add_argument("--sizes", default="0,100000,1000000")
-    parser.add_argument("--record-samples", type=int, default=1000)
-    parser.add_argument("--record-only", action="store_true", help="only the recording cost, on an empty store")
+    parser.add_argument("--record-rounds", type=int, default=5, help="rounds of interleaved records")
+    parser.add_argument("--record-per-round", type=int, default=200, help="records per variant and round")
+    parser.add_argument("--record-only", action="store_true",
+                        help="only the recording cost, on a store holding SIZES results (no scrapes)")
     args = parser.parse_args()
     for size in (int(s) for s in args.sizes.split(",")):
         with tempfile.TemporaryDirectory() as tmp:
             url = (fresh_postgres(args.postgres_url) if args.backend == "postgres"
                    else f"sqlite:///{Path(tmp) / 'results.db'}")
-            row = {"results": 0} if args.record_only else measure(url, size, 0)
-            row.update({f"record_{k}_ms": round(v, 3) for k, v in record_costs(url, args.record_samples).items()})
+            if args.record_only:
+                store = SqlStore(url)
+                row: dict[str, Any] = {"results": size,
+                                       "bulk_insert_s": round(bulk_insert(store, size, time.time()), 1)}
+                store.close()
+            else:
+                row = measure(url, size, 0)
+            row.update(record_costs(url, args.record_rounds, args.record_per_round))
             row["backend"] = args.backend
             print(json.dumps(row), flush=True)
 
