@@ -2,16 +2,21 @@
 
     python benchmarks/bench_scrape.py --backend sqlite --sizes 0,100000,1000000
     python benchmarks/bench_scrape.py --backend postgres --postgres-url postgresql+psycopg://... --sizes ...
+    python benchmarks/bench_scrape.py --backend postgres --postgres-url ... --sizes 0 --record-only
 
 100 rubrics × 20 agents × 10 dimensions, windows 1h and 24h. For each history size, the results of the last 24
 hours are inserted in bulk (results, their dimension rows), the rollups rebuilt from them
 (``SqlStore.rebuild_rollups``, the product path), then a daemon's state is built as after a restart (``startup``:
 the first read of the windows), 2,000 evaluations are recorded through the product path (one per rubric and
-agent, so every series exists), and the end-of-cycle refresh and 20 scrapes over real HTTP are timed.
+agent, so every series exists), and the end-of-cycle refresh and 20 scrapes over real HTTP are timed: by a
+client in this process, by curl (a separate process, as Prometheus is), and in the server's CPU time.
 
-Recording cost: the same store is written by two ``SqlStore`` objects, one of which skips the rollup
-maintenance (what ``record`` cost before), interleaved so machine load hits both alike; the metric side compares
-the histograms it replaced (prometheus_client, as on main before) with ``QualityMetrics.record``.
+Recording cost, on the same store (``record_costs``): store variants take turns result by result, in rounds, so
+machine load hits them alike: ``before`` records as before the rollups existed (no rollups, one statement per
+table), ``now`` is the product; on PostgreSQL also ``separate`` (rollups kept in one statement per table, the
+product before it recorded in one statement) and ``now_without_rollups``. Results are a 10-dimension weighted
+rubric's, with reasons. The metric side compares the histograms the counters replaced (prometheus_client, as on
+main before) with ``QualityMetrics.record``.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import io
 import json
 import random
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -235,6 +241,14 @@ def get(url: str, **headers: str) -> tuple[float, bytes]:
     return time.perf_counter() - started, body
 
 
+def curl_seconds(url: str, headers: list[str]) -> float:
+    """One scrape by curl, a separate process: its own time from connecting to the body's last byte."""
+    arguments = [part for header in headers for part in ("-H", header)]
+    done = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{time_total}", *arguments, url],
+                          capture_output=True, text=True, check=True)
+    return float(done.stdout)
+
+
 def measure(url: str, size: int, records: int) -> dict[str, Any]:
     store = SqlStore(url)
     now = datetime.now(UTC)
@@ -302,6 +316,10 @@ def measure(url: str, size: int, records: int) -> dict[str, Any]:
         for _ in range(SCRAPES):
             elapsed, zipped = get(endpoint, **{"Accept-Encoding": "gzip"})
             gzip_times.append(elapsed)
+        # As a scraper in its own process sees it (Prometheus is one): curl's transfer time, start-up excluded.
+        by_curl = {kind: [curl_seconds(endpoint, headers) for _ in range(SCRAPES)] for kind, headers in (
+            ("text", []), ("openmetrics", [f"Accept: {OPENMETRICS}"]),
+            ("openmetrics_gzip", [f"Accept: {OPENMETRICS}", "Accept-Encoding: gzip"]))}
     finally:
         server.close()
     assert gzip.decompress(zipped) == body
@@ -320,6 +338,8 @@ def measure(url: str, size: int, records: int) -> dict[str, Any]:
         "scrape_max_ms": round(max(text_times) * 1000, 1),
         "openmetrics_median_ms": round(statistics.median(om_times) * 1000, 1),
         "gzip_median_ms": round(statistics.median(gzip_times) * 1000, 1),
+        **{f"curl_{kind}_{stat}_ms": round(f(values) * 1000, 1) for kind, values in by_curl.items()
+           for stat, f in (("median", statistics.median), ("max", max))},
     }
 
 
