@@ -106,7 +106,9 @@ def bulk_insert(store: SqlStore, size: int, now: float) -> float:
                     for row in dimensions:
                         copy.write_row(row)
             else:
-                cursor.executemany("INSERT INTO results VALUES (?,?,?,?,?,?,?,?,?,?,?,?)", results)
+                cursor.executemany("INSERT INTO results (id, conversation_id, rubric, rubric_version, turn_key, "
+                                   "revision, current, agent, outcome, score, evaluated_ts, payload) "
+                                   "VALUES (?,?,?,?,?,?,?,?,?,?,?,?)", results)
                 cursor.executemany("INSERT INTO result_dimensions VALUES (?,?,?,?,?,?,?,?)", dimensions)
             raw.commit()
         if postgres and size:
