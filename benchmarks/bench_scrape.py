@@ -31,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import types
 import urllib.request
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
@@ -190,14 +191,30 @@ RECORD_VARIANTS = {
 """Stores compared by ``record_costs``; on SQLite the last two are the same code as ``now`` and ``before``."""
 
 
-def record_costs(url: str, rounds: int, per_round: int) -> dict[str, Any]:
+def store_of_commit(commit: str) -> type[SqlStore]:
+    """``SqlStore`` as ``monitor/store/sql.py`` was at ``commit`` (the rest of the package as it is now): the code
+    before a change, timed in the same process as the code after it."""
+    repo = Path(__file__).resolve().parents[1]
+    source = subprocess.run(["git", "-C", str(repo), "show", f"{commit}:monitor/store/sql.py"], capture_output=True,
+                            text=True, check=True).stdout
+    module = types.ModuleType(f"sql_at_{commit}")
+    exec(compile(source, f"{commit}:monitor/store/sql.py", "exec"), module.__dict__)  # this repository's own code
+    store: type[SqlStore] = module.SqlStore
+    return store
+
+
+def record_costs(url: str, rounds: int, per_round: int, commit: str | None = None) -> dict[str, Any]:
     """Per-record wall time of each store variant, interleaved: each round records ``per_round`` results per
     variant, taking turns result by result in an order that rotates, so machine load hits every variant alike.
     Returns each variant's median (ms) over all records, and per round the ratio of its median to ``before``'s.
     Metrics: the histograms before issue 10 against the counters now, timed alongside."""
     postgres = url.startswith("postgresql")
+    variants: dict[str, type[SqlStore]] = dict(RECORD_VARIANTS)
     names = list(RECORD_VARIANTS) if postgres else ["before", "now"]
-    stores = {name: RECORD_VARIANTS[name](url) for name in names}
+    if commit is not None:
+        variants[f"at_{commit}"] = store_of_commit(commit)
+        names.append(f"at_{commit}")
+    stores = {name: variants[name](url) for name in names}
     metrics: dict[str, _OldQualityMetrics | QualityMetrics] = {"before": _OldQualityMetrics(),
                "now": MonitorMetrics(CollectorRegistry(), [parse_window(w) for w in WINDOWS]).quality}
     times: dict[str, list[list[float]]] = {name: [] for name in [*names, "metrics_before", "metrics_now"]}
@@ -360,6 +377,7 @@ def main() -> None:
     parser.add_argument("--sizes", default="0,100000,1000000")
     parser.add_argument("--record-rounds", type=int, default=5, help="rounds of interleaved records")
     parser.add_argument("--record-per-round", type=int, default=200, help="records per variant and round")
+    parser.add_argument("--record-commit", help="also time the store as it was at this git commit")
     parser.add_argument("--record-only", action="store_true",
                         help="only the recording cost, on a store holding SIZES results (no scrapes)")
     args = parser.parse_args()
@@ -374,7 +392,7 @@ def main() -> None:
                 store.close()
             else:
                 row = measure(url, size, 0)
-            row.update(record_costs(url, args.record_rounds, args.record_per_round))
+            row.update(record_costs(url, args.record_rounds, args.record_per_round, args.record_commit))
             row["backend"] = args.backend
             print(json.dumps(row), flush=True)
 
