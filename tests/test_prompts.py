@@ -319,8 +319,8 @@ def terse_judge(reply: str) -> ScriptedJudge:
 def test_a_terse_judge_gets_a_third_of_the_prompt_and_its_one_character_per_dimension_reply_is_scored() -> None:
     [full], _ = scored_prompts(TERSE_RUBRIC)
     [request], [result] = prompts(TERSE_RUBRIC, judge=terse_judge('"4-5"'))
-    assert system(request).startswith("Rate the agent on each numbered criterion")
-    assert system(request).endswith("r\n1 policy_enforcement\n2 clarity\n3 general_quality (always applies)")
+    assert system(request).startswith("Rate the agent on each criterion: 5 excellent to 1 unacceptable")
+    assert system(request).endswith("r\n1 policy_enforcement\n2 clarity\n3 general_quality")
     assert "user: I need to change my flight to May 20.\n" in user(request)
     assert '[call update_reservation {"date":"2024-05-20","reservation_id":"ABC123"}]' in user(request)
     assert "<turn" not in user(request) and "tool_definitions" not in user(request)

@@ -91,7 +91,8 @@ def test_the_terse_markup_is_one_line_per_turn_without_tool_definitions_and_cuts
         messages=(
             text("user", "A table for 2, please."),
             Message(role="assistant", parts=(Part(type="tool_call", id="t1", name="book", arguments={"n": 2}),)),
-            Message(role="tool", parts=(Part(type="tool_call_response", id="t1", response={"ok": True}),)),
+            # recorded as a JSON string, as most instrumentations do: compacted like a structured value
+            Message(role="tool", parts=(Part(type="tool_call_response", id="t1", response='{"ok": true}'),)),
             text("assistant", "Booked."),
         ),
     )

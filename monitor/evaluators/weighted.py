@@ -24,7 +24,6 @@ from monitor.evaluators.base import (
 )
 from monitor.evaluators.cache import VerdictCache
 from monitor.evaluators.prompts import (
-    TERSE_ALWAYS_APPLICABLE,
     TERSE_DIMENSION_LINE,
     TERSE_ONE_TURN,
     TERSE_WEIGHTED_INSTRUCTIONS,
@@ -207,11 +206,10 @@ def rubric_prompt(rubric: WeightedRubric) -> str:
 def terse_rubric_prompt(rubric: WeightedRubric) -> str:
     """The rubric as a terse judge reads it: its name, then each dimension's id numbered in reply order. The
     descriptions are left out: they are a third of the prompt, and a model small enough to need terse prompts
-    goes by the ids' words either way."""
+    goes by the ids' words either way. Nor is it told which dimensions always apply: its grammar (the reply
+    schema's pattern) has no ``-`` at their place."""
     lines = [rubric.name]
-    for number, d in enumerate(rubric.dimensions, 1):
-        always = TERSE_ALWAYS_APPLICABLE if d.always_applicable else ""
-        lines.append(TERSE_DIMENSION_LINE.format(number=number, id=d.id, always=always))
+    lines.extend(TERSE_DIMENSION_LINE.format(number=number, id=d.id) for number, d in enumerate(rubric.dimensions, 1))
     return "\n".join(lines)
 
 
