@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, NamedTuple
 
-from monitor.alerts.stats import TestResult, benjamini_hochberg, mann_whitney_drop, two_proportion_drop
+from monitor.alerts.stats import TestResult, benjamini_hochberg, mann_whitney_drops, two_proportion_drop
 
 Kind = Literal["pass_rate", "dimension_mean"]
 Baseline = Literal["trailing", "previous_version"]
@@ -214,11 +214,12 @@ def detect(windows: Sequence[tuple[str, Sequence[SeriesCounts]]], settings: Dete
     """Verdicts for every series of every window; ``global_reasons`` (source behind, judge unavailable) make
     every series ``cannot_judge``, ``rubric_reasons`` (a drifting judge) every series of that rubric."""
     verdicts: list[Verdict] = []
-    candidates: list[Verdict] = []
-    min_effects: list[float] = []
+    judged: list[tuple[Verdict, float]] = []
+    """Verdicts with a test that enter the false discovery control, with their minimum effect."""
     annotations: dict[str, Annotation] = {}
     cannot_judge: dict[tuple[str, str], set[str]] = {}
     shared = set(global_reasons)
+    dimension_tests = _DimensionTests()
     for window, series in windows:
         grouped: dict[tuple[str, str], list[SeriesCounts]] = defaultdict(list)
         for item in series:
@@ -229,24 +230,47 @@ def detect(windows: Sequence[tuple[str, Sequence[SeriesCounts]]], settings: Dete
             annotation = _annotation(rubric, agent, items)
             if annotation is not None:
                 annotations[annotation.key] = annotation
-            for verdict, min_effect in _series_tests(window, rubric, agent, items, settings):
+            why = tuple(sorted(reasons))
+            for verdict, min_effect, tested in _series_tests(window, rubric, agent, items, settings, dimension_tests):
                 if reasons:
                     verdict.status = "cannot_judge"
-                    verdict.reasons = tuple(sorted(reasons))
-                    verdicts.append(verdict)
-                elif verdict.test is not None:
-                    candidates.append(verdict)
-                    min_effects.append(min_effect)
-                    verdicts.append(verdict)
-                else:
-                    verdicts.append(verdict)
-    adjusted = benjamini_hochberg([v.test.p_value for v in candidates if v.test is not None])
-    for verdict, min_effect, q in zip(candidates, min_effects, adjusted, strict=True):
+                    verdict.reasons = why
+                elif tested:
+                    judged.append((verdict, min_effect))
+                verdicts.append(verdict)
+    dimension_tests.run()
+    adjusted = benjamini_hochberg([v.test.p_value for v, _ in judged if v.test is not None])
+    for (verdict, min_effect), q in zip(judged, adjusted, strict=True):
         assert verdict.test is not None
         verdict.q_value = q
         significant = q <= settings.fdr_q and verdict.test.effect <= -min_effect
         verdict.status = "regression" if significant else "ok"
     return Detection(verdicts, sorted(annotations.values(), key=lambda a: a.key), cannot_judge)
+
+
+class _DimensionTests:
+    """The Mann-Whitney tests of a cycle, queued as the verdicts are made and run together (``mann_whitney_drops``
+    runs tens of thousands as arrays); then each pass-rate verdict gets the attribution of its dimensions."""
+
+    def __init__(self) -> None:
+        self.verdicts: list[Verdict] = []
+        self.current: list[Sequence[int]] = []
+        self.baseline: list[Sequence[int]] = []
+        self.attributions: list[tuple[Verdict, list[Verdict]]] = []
+
+    def add(self, verdict: Verdict, current: Sequence[int], baseline: Sequence[int]) -> None:
+        self.verdicts.append(verdict)
+        self.current.append(current)
+        self.baseline.append(baseline)
+
+    def run(self) -> None:
+        tests, baseline_means = mann_whitney_drops(self.current, self.baseline)
+        for verdict, test, baseline in zip(self.verdicts, tests, baseline_means, strict=True):
+            verdict.test = test
+            verdict.baseline_value = baseline
+            verdict.current_value = baseline + test.effect
+        for pass_rate, dimensions in self.attributions:
+            pass_rate.attribution = _attribution(dimensions)
 
 
 def _cannot_judge_reasons(items: Sequence[SeriesCounts], settings: DetectorSettings) -> set[str]:
@@ -285,11 +309,14 @@ def _annotation(rubric: str, agent: str, items: Sequence[SeriesCounts]) -> Annot
     return Annotation(rubric, agent, previous, newest)
 
 
-def _series_tests(window: str, rubric: str, agent: str, items: Sequence[SeriesCounts],
-                  settings: DetectorSettings) -> Iterable[tuple[Verdict, float]]:
+def _series_tests(window: str, rubric: str, agent: str, items: Sequence[SeriesCounts], settings: DetectorSettings,
+                  dimension_tests: _DimensionTests) -> Iterable[tuple[Verdict, float, bool]]:
+    """The verdicts of one (rubric, agent) in one window, with their minimum effect and whether they hold a test
+    (dimension tests are queued on ``dimension_tests``: their values are set when it runs)."""
     config = _newest_config(items)
     same = [i for i in items if i.config == config]
     dimensions = sorted({d for i in same for part in (i.current, i.baseline) for d in part.dimensions})
+    dimension_keys = [SeriesKey(rubric, agent, "dimension_mean", dimension) for dimension in dimensions]
     start = min((i.current.first_ts for i in same), default=0.0)
     # Trailing: the same configuration, every agent version, before the window.
     if len(same) == 1:
@@ -321,24 +348,32 @@ def _series_tests(window: str, rubric: str, agent: str, items: Sequence[SeriesCo
                     theirs.add(item.current)
                     theirs.add(item.baseline)
             pairs.append(("previous_version", mine, theirs, version, previous))
+    min_samples = settings.min_samples
+    too_few = (f"too few scores (need {min_samples} on each side)",)
     for baseline_name, now, before, version, previous in pairs:
-
-        def blank(key: SeriesKey, baseline: Baseline = baseline_name, agent_version: str | None = version,
-                  baseline_agent_version: str | None = previous) -> Verdict:
-            return Verdict(key=key, baseline=baseline, window=window, status="no_verdict", config=config,
-                           agent_version=agent_version, baseline_agent_version=baseline_agent_version,
-                           window_start_ts=start)
-
-        dimension_verdicts = [
-            _dimension_verdict(blank(SeriesKey(rubric, agent, "dimension_mean", dimension)),
-                               now.dimensions.get(dimension), before.dimensions.get(dimension), settings)
-            for dimension in dimensions]
-        pass_rate = _pass_rate_verdict(blank(SeriesKey(rubric, agent, "pass_rate")), now, before, settings)
+        pass_rate = _pass_rate_verdict(
+            Verdict(SeriesKey(rubric, agent, "pass_rate"), baseline_name, window, "no_verdict", config,
+                    agent_version=version, baseline_agent_version=previous, window_start_ts=start),
+            now, before, settings)
+        dimension_verdicts: list[tuple[Verdict, bool]] = []
+        for key, dimension in zip(dimension_keys, dimensions, strict=True):
+            counts_now = now.dimensions.get(dimension) or _NONE
+            counts_before = before.dimensions.get(dimension) or _NONE
+            n1, n0 = sum(counts_now), sum(counts_before)
+            verdict = Verdict(key, baseline_name, window, "no_verdict", config, n1, n0, agent_version=version,
+                              baseline_agent_version=previous, window_start_ts=start)
+            tested = n1 >= min_samples and n0 >= min_samples
+            if tested:
+                dimension_tests.add(verdict, counts_now, counts_before)
+            else:
+                verdict.current_value, verdict.baseline_value = _mean(counts_now), _mean(counts_before)
+                verdict.reasons = too_few
+            dimension_verdicts.append((verdict, tested))
         if pass_rate.test is not None:
-            pass_rate.attribution = _attribution(dimension_verdicts)
-        yield pass_rate, settings.min_effect_pass_rate
-        for verdict in dimension_verdicts:
-            yield verdict, settings.min_effect_dimension
+            dimension_tests.attributions.append((pass_rate, [v for v, _ in dimension_verdicts]))
+        yield pass_rate, settings.min_effect_pass_rate, pass_rate.test is not None
+        for verdict, tested in dimension_verdicts:
+            yield verdict, settings.min_effect_dimension, tested
 
 
 def _pass_rate_verdict(verdict: Verdict, now: Counts, before: Counts, settings: DetectorSettings) -> Verdict:
@@ -351,21 +386,6 @@ def _pass_rate_verdict(verdict: Verdict, now: Counts, before: Counts, settings: 
         verdict.reasons = (f"too few evaluations (need {settings.min_samples} on each side)",)
         return verdict
     verdict.test = two_proportion_drop(now.passed, now.scored, before.passed, before.scored)
-    return verdict
-
-
-def _dimension_verdict(verdict: Verdict, now: Sequence[int] | None, before: Sequence[int] | None,
-                       settings: DetectorSettings) -> Verdict:
-    now, before = now or _NONE, before or _NONE
-    n1, n0 = sum(now), sum(before)
-    verdict.current_n, verdict.baseline_n = n1, n0
-    if n1 < settings.min_samples or n0 < settings.min_samples:
-        verdict.current_value, verdict.baseline_value = _mean(now), _mean(before)
-        verdict.reasons = (f"too few scores (need {settings.min_samples} on each side)",)
-        return verdict
-    verdict.test = test = mann_whitney_drop(now, before)
-    verdict.baseline_value = baseline = _mean(before)
-    verdict.current_value = None if baseline is None else baseline + test.effect
     return verdict
 
 
