@@ -18,8 +18,10 @@ never a recovery. A series whose results cannot be trusted (too many unscored, j
 
 from __future__ import annotations
 
+import gc
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Literal, NamedTuple
 
@@ -213,13 +215,30 @@ def detect(windows: Sequence[tuple[str, Sequence[SeriesCounts]]], settings: Dete
            global_reasons: Iterable[str] = (), rubric_reasons: Mapping[str, Iterable[str]] | None = None) -> Detection:
     """Verdicts for every series of every window; ``global_reasons`` (source behind, judge unavailable) make
     every series ``cannot_judge``, ``rubric_reasons`` (a drifting judge) every series of that rubric."""
-    verdicts: list[Verdict] = []
-    judged: list[tuple[Verdict, float]] = []
-    """Verdicts with a test that enter the false discovery control, with their minimum effect."""
+    with without_cyclic_gc():
+        return _detect(windows, settings, global_reasons, rubric_reasons)
+
+
+@contextmanager
+def without_cyclic_gc() -> Iterator[None]:
+    """Python's cycle collector paused (reference counting still frees everything): a cycle allocates a few
+    hundred thousand objects, none of them in a reference cycle, and the collector's passes over that growing heap
+    took a third of the detection's time. Re-enabled, if it was, even on an exception."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _detect(windows: Sequence[tuple[str, Sequence[SeriesCounts]]], settings: DetectorSettings,
+            global_reasons: Iterable[str], rubric_reasons: Mapping[str, Iterable[str]] | None) -> Detection:
+    cycle = _Cycle(settings)
     annotations: dict[str, Annotation] = {}
     cannot_judge: dict[tuple[str, str], set[str]] = {}
     shared = set(global_reasons)
-    dimension_tests = _DimensionTests()
     for window, series in windows:
         grouped: dict[tuple[str, str], list[SeriesCounts]] = defaultdict(list)
         for item in series:
@@ -230,45 +249,52 @@ def detect(windows: Sequence[tuple[str, Sequence[SeriesCounts]]], settings: Dete
             annotation = _annotation(rubric, agent, items)
             if annotation is not None:
                 annotations[annotation.key] = annotation
-            why = tuple(sorted(reasons))
-            for verdict, min_effect, tested in _series_tests(window, rubric, agent, items, settings, dimension_tests):
-                if reasons:
-                    verdict.status = "cannot_judge"
-                    verdict.reasons = why
-                elif tested:
-                    judged.append((verdict, min_effect))
-                verdicts.append(verdict)
-    dimension_tests.run()
-    adjusted = benjamini_hochberg([v.test.p_value for v, _ in judged if v.test is not None])
-    for (verdict, min_effect), q in zip(judged, adjusted, strict=True):
-        assert verdict.test is not None
-        verdict.q_value = q
-        significant = q <= settings.fdr_q and verdict.test.effect <= -min_effect
-        verdict.status = "regression" if significant else "ok"
-    return Detection(verdicts, sorted(annotations.values(), key=lambda a: a.key), cannot_judge)
+            _series_tests(cycle, window, rubric, agent, items, tuple(sorted(reasons)))
+    cycle.judge()
+    return Detection(cycle.verdicts, sorted(annotations.values(), key=lambda a: a.key), cannot_judge)
 
 
-class _DimensionTests:
-    """The Mann-Whitney tests of a cycle, queued as the verdicts are made and run together (``mann_whitney_drops``
-    runs tens of thousands as arrays); then each pass-rate verdict gets the attribution of its dimensions."""
+class _Cycle:
+    """The verdicts of one detection as they are made, and what is left to compute once they all are: the
+    Mann-Whitney tests (run together: ``mann_whitney_drops`` runs tens of thousands as arrays), the attribution of
+    pass-rate verdicts (from their dimensions' results), and the false discovery control over every test."""
 
-    def __init__(self) -> None:
+    def __init__(self, settings: DetectorSettings) -> None:
+        self.settings = settings
         self.verdicts: list[Verdict] = []
+        self.judged_pass_rates: list[Verdict] = []
+        """Pass-rate verdicts with a test that enter the false discovery control."""
+        self.tested: list[Verdict] = []
+        """Dimension verdicts with a test to run (those of series that cannot be judged too: their values show)."""
+        self.judged: list[bool] = []
+        """Per ``tested``: whether it enters the false discovery control."""
         self.current: list[Sequence[int]] = []
         self.baseline: list[Sequence[int]] = []
         self.attributions: list[tuple[Verdict, list[Verdict]]] = []
+        self.dimension_keys: dict[tuple[str, str], tuple[list[str], list[SeriesKey]]] = {}
+        """Per (rubric, agent): its sorted dimensions and their keys, made once for every window and baseline."""
 
-    def add(self, verdict: Verdict, current: Sequence[int], baseline: Sequence[int]) -> None:
-        self.verdicts.append(verdict)
-        self.current.append(current)
-        self.baseline.append(baseline)
-
-    def run(self) -> None:
+    def judge(self) -> None:
+        settings = self.settings
         tests, baseline_means = mann_whitney_drops(self.current, self.baseline)
-        for verdict, test, baseline in zip(self.verdicts, tests, baseline_means, strict=True):
+        pass_rate_p = [v.test.p_value for v in self.judged_pass_rates if v.test is not None]
+        dimension_p = [t.p_value for t, judged in zip(tests, self.judged, strict=True) if judged]
+        # The order of the p-values does not change a q-value (ties get the same one): pass rates, then dimensions.
+        adjusted = benjamini_hochberg(pass_rate_p + dimension_p)
+        for verdict, q in zip(self.judged_pass_rates, adjusted[:len(pass_rate_p)], strict=True):
+            assert verdict.test is not None
+            verdict.q_value = q
+            significant = q <= settings.fdr_q and verdict.test.effect <= -settings.min_effect_pass_rate
+            verdict.status = "regression" if significant else "ok"
+        q_values = iter(adjusted[len(pass_rate_p):])
+        fdr_q, min_effect = settings.fdr_q, -settings.min_effect_dimension
+        for verdict, test, baseline, judged in zip(self.tested, tests, baseline_means, self.judged, strict=True):
             verdict.test = test
             verdict.baseline_value = baseline
             verdict.current_value = baseline + test.effect
+            if judged:
+                verdict.q_value = q = next(q_values)
+                verdict.status = "regression" if q <= fdr_q and test.effect <= min_effect else "ok"
         for pass_rate, dimensions in self.attributions:
             pass_rate.attribution = _attribution(dimensions)
 
@@ -309,15 +335,66 @@ def _annotation(rubric: str, agent: str, items: Sequence[SeriesCounts]) -> Annot
     return Annotation(rubric, agent, previous, newest)
 
 
-def _series_tests(window: str, rubric: str, agent: str, items: Sequence[SeriesCounts], settings: DetectorSettings,
-                  dimension_tests: _DimensionTests) -> Iterable[tuple[Verdict, float, bool]]:
-    """The verdicts of one (rubric, agent) in one window, with their minimum effect and whether they hold a test
-    (dimension tests are queued on ``dimension_tests``: their values are set when it runs)."""
+def _series_tests(cycle: _Cycle, window: str, rubric: str, agent: str, items: Sequence[SeriesCounts],
+                  why: tuple[str, ...]) -> None:
+    """The verdicts of one (rubric, agent) in one window, added to ``cycle`` (their tests are queued there);
+    ``why``: the reasons it cannot be judged (empty: it can)."""
+    settings = cycle.settings
     config = _newest_config(items)
     same = [i for i in items if i.config == config]
-    dimensions = sorted({d for i in same for part in (i.current, i.baseline) for d in part.dimensions})
-    dimension_keys = [SeriesKey(rubric, agent, "dimension_mean", dimension) for dimension in dimensions]
+    if len(same) == 1:
+        found = same[0].current.dimensions.keys() | same[0].baseline.dimensions.keys()
+    else:
+        found = {d for i in same for part in (i.current, i.baseline) for d in part.dimensions}
+    dimensions, dimension_keys = cycle.dimension_keys.get((rubric, agent)) or ([], [])
+    if len(dimensions) != len(found) or not found.issuperset(dimensions):
+        dimensions = sorted(found)
+        dimension_keys = [SeriesKey(rubric, agent, "dimension_mean", dimension) for dimension in dimensions]
+        cycle.dimension_keys[(rubric, agent)] = (dimensions, dimension_keys)
     start = min((i.current.first_ts for i in same), default=0.0)
+    pairs = _baseline_pairs(same)
+    min_samples = settings.min_samples
+    # Too few scores is "no verdict"; a series that cannot be judged says why instead, test or not.
+    status: Status = "cannot_judge" if why else "no_verdict"
+    too_few = why or (f"too few scores (need {min_samples} on each side)",)
+    judged = not why
+    verdicts, tested, queued, now_counts, before_counts = (
+        cycle.verdicts, cycle.tested, cycle.judged, cycle.current, cycle.baseline)
+    for baseline_name, now, before, version, previous in pairs:
+        pass_rate = _pass_rate_verdict(
+            Verdict(SeriesKey(rubric, agent, "pass_rate"), baseline_name, window, "no_verdict", config,
+                    agent_version=version, baseline_agent_version=previous, window_start_ts=start),
+            now, before, settings)
+        if why:
+            pass_rate.status, pass_rate.reasons = "cannot_judge", why
+        elif pass_rate.test is not None:
+            cycle.judged_pass_rates.append(pass_rate)
+        verdicts.append(pass_rate)
+        first = len(verdicts)
+        now_dimensions, before_dimensions = now.dimensions, before.dimensions
+        for key, dimension in zip(dimension_keys, dimensions, strict=True):
+            counts_now = now_dimensions.get(dimension) or _NONE
+            counts_before = before_dimensions.get(dimension) or _NONE
+            n1, n0 = sum(counts_now), sum(counts_before)
+            verdict = Verdict(key, baseline_name, window, status, config, n1, n0, None, None, None, None, why,
+                              version, previous, (), start)
+            verdicts.append(verdict)
+            if n1 >= min_samples and n0 >= min_samples:
+                tested.append(verdict)
+                queued.append(judged)
+                now_counts.append(counts_now)
+                before_counts.append(counts_before)
+            else:
+                verdict.current_value, verdict.baseline_value = _mean(counts_now), _mean(counts_before)
+                verdict.reasons = too_few
+        if pass_rate.test is not None:
+            cycle.attributions.append((pass_rate, verdicts[first:]))
+
+
+def _baseline_pairs(same: Sequence[SeriesCounts]
+                    ) -> list[tuple[Baseline, Counts, Counts, str | None, str | None]]:
+    """(baseline, current counts, baseline counts, agent version, baseline agent version) to test, of the series
+    of one configuration."""
     # Trailing: the same configuration, every agent version, before the window.
     if len(same) == 1:
         current, baseline = same[0].current, same[0].baseline  # the usual case: nothing to add up
@@ -348,32 +425,7 @@ def _series_tests(window: str, rubric: str, agent: str, items: Sequence[SeriesCo
                     theirs.add(item.current)
                     theirs.add(item.baseline)
             pairs.append(("previous_version", mine, theirs, version, previous))
-    min_samples = settings.min_samples
-    too_few = (f"too few scores (need {min_samples} on each side)",)
-    for baseline_name, now, before, version, previous in pairs:
-        pass_rate = _pass_rate_verdict(
-            Verdict(SeriesKey(rubric, agent, "pass_rate"), baseline_name, window, "no_verdict", config,
-                    agent_version=version, baseline_agent_version=previous, window_start_ts=start),
-            now, before, settings)
-        dimension_verdicts: list[tuple[Verdict, bool]] = []
-        for key, dimension in zip(dimension_keys, dimensions, strict=True):
-            counts_now = now.dimensions.get(dimension) or _NONE
-            counts_before = before.dimensions.get(dimension) or _NONE
-            n1, n0 = sum(counts_now), sum(counts_before)
-            verdict = Verdict(key, baseline_name, window, "no_verdict", config, n1, n0, agent_version=version,
-                              baseline_agent_version=previous, window_start_ts=start)
-            tested = n1 >= min_samples and n0 >= min_samples
-            if tested:
-                dimension_tests.add(verdict, counts_now, counts_before)
-            else:
-                verdict.current_value, verdict.baseline_value = _mean(counts_now), _mean(counts_before)
-                verdict.reasons = too_few
-            dimension_verdicts.append((verdict, tested))
-        if pass_rate.test is not None:
-            dimension_tests.attributions.append((pass_rate, [v for v, _ in dimension_verdicts]))
-        yield pass_rate, settings.min_effect_pass_rate, pass_rate.test is not None
-        for verdict, tested in dimension_verdicts:
-            yield verdict, settings.min_effect_dimension, tested
+    return pairs
 
 
 def _pass_rate_verdict(verdict: Verdict, now: Counts, before: Counts, settings: DetectorSettings) -> Verdict:
