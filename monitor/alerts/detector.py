@@ -23,7 +23,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Literal, NamedTuple
+from typing import Literal, NamedTuple, TypeVar
 
 from monitor.alerts.stats import TestResult, benjamini_hochberg, mann_whitney_drops, two_proportion_drop
 
@@ -188,23 +188,28 @@ class Detection:
     def by_key(self) -> dict[SeriesKey, Verdict]:
         """One verdict per alert key: a regression on any baseline or window wins; then ok; then the rest."""
         rank = {"regression": 0, "cannot_judge": 1, "ok": 2, "no_verdict": 3}
-        best: dict[SeriesKey, Verdict] = {}
-        for verdict in self.verdicts:
-            held = best.get(verdict.key)
-            if held is None or (rank[verdict.status], _q(verdict)) < (rank[held.status], _q(held)):
-                best[verdict.key] = verdict
-        return best
+        return _best(((v.key, v) for v in self.verdicts), rank)
 
     def per_baseline(self) -> dict[tuple[SeriesKey, Baseline], Verdict]:
         """One verdict per metric series (key, baseline): the window with the strongest evidence."""
         rank = {"regression": 0, "ok": 1, "cannot_judge": 2, "no_verdict": 3}
-        best: dict[tuple[SeriesKey, Baseline], Verdict] = {}
-        for verdict in self.verdicts:
-            slot = (verdict.key, verdict.baseline)
-            held = best.get(slot)
-            if held is None or (rank[verdict.status], _q(verdict)) < (rank[held.status], _q(held)):
-                best[slot] = verdict
-        return best
+        return _best((((v.key, v.baseline), v) for v in self.verdicts), rank)
+
+
+_Slot = TypeVar("_Slot")
+
+
+def _best(verdicts: Iterable[tuple[_Slot, Verdict]], rank: Mapping[str, int]) -> dict[_Slot, Verdict]:
+    """Per slot, the verdict of lowest (rank of its status, q-value); the first of equals."""
+    best: dict[_Slot, Verdict] = {}
+    held_by: dict[_Slot, tuple[int, float]] = {}
+    for slot, verdict in verdicts:
+        mine = (rank[verdict.status], _q(verdict))
+        held = held_by.get(slot)
+        if held is None or mine < held:
+            best[slot] = verdict
+            held_by[slot] = mine
+    return best
 
 
 def _q(verdict: Verdict) -> float:

@@ -23,7 +23,7 @@ from prometheus_client.core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
-from monitor.alerts.detector import CANNOT_JUDGE_REASONS, Detection
+from monitor.alerts.detector import CANNOT_JUDGE_REASONS, Detection, without_cyclic_gc
 from monitor.alerts.lifecycle import AlertState, by_fields
 from monitor.quality import GZIP_LEVEL, SCRAPE_IN_PROGRESS, FamilySpec, Rendered, Renderer
 
@@ -73,6 +73,10 @@ class AlertMetrics(Collector):
         return _NAMES
 
     def publish(self, detection: Detection, states: dict[str, AlertState]) -> None:
+        with without_cyclic_gc():
+            self._publish(detection, states)
+
+    def _publish(self, detection: Detection, states: dict[str, AlertState]) -> None:
         regression: dict[tuple[str, ...], float] = {}
         effect: dict[tuple[str, ...], float] = {}
         p_value: dict[tuple[str, ...], float] = {}

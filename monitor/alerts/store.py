@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy import and_, case, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
-from monitor.alerts.detector import Counts, JudgeConfig, SeriesCounts
+from monitor.alerts.detector import Counts, JudgeConfig, SeriesCounts, without_cyclic_gc
 from monitor.store.sql import (
     SqlStore,
     alert_events_table,
@@ -80,6 +80,11 @@ class AlertStore:
         One query over results and one over dimension scores, for every window at once: each window's two sides
         are columns (and a dimension's five scores too), so a cycle at 100 rubrics x 20 agents x 10 dimensions
         reads ~20,000 rows instead of ~400,000 (a row per window, side, dimension and score)."""
+        with without_cyclic_gc():
+            return self._window_counts(windows, baseline_seconds, now)
+
+    def _window_counts(self, windows: Sequence[tuple[str, float]], baseline_seconds: float, now: datetime
+                       ) -> list[tuple[str, list[SeriesCounts]]]:
         r, d = results_table.c, dimensions_table.c
         until = now.timestamp()
         sides = []  # per window: the condition of its current side, then of its baseline side
@@ -105,32 +110,36 @@ class AlertStore:
         found: dict[tuple[Any, ...], list[Counts | None]] = {}
         """Per configuration: the Counts of each side of each window that holds any of its results."""
         with self._store.transaction() as conn:
-            for row in conn.execute(select(*config, *(c for side in per_side for c in side))
-                                    .where(where).group_by(*config)):
-                slots: list[Counts | None] = []
-                for offset in range(6, 6 + 6 * len(sides), 6):
-                    passed, failed, unscored, judge_errors, first, last = row[offset:offset + 6]
-                    if first is None:
-                        slots.append(None)  # none of its results on this side
-                        continue
-                    slots.append(Counts(passed=int(passed), failed=int(failed), unscored=int(unscored),
-                                        judge_errors=int(judge_errors), first_ts=float(first), last_ts=float(last)))
-                found[tuple(row[:6])] = slots
-            for row in conn.execute(
+            totals = conn.execute(select(*config, *(c for side in per_side for c in side))
+                                  .where(where).group_by(*config)).all()
+            by_dimension = conn.execute(
                 select(*config, d.dimension, *scores)
                 .select_from(dimensions_table.join(results_table, d.result_id == r.id))
                 .where(and_(where, d.current.is_(True)))
                 .group_by(*config, d.dimension)
-            ):
-                held = found.get(tuple(row[:6]))
-                if held is None:
+            ).all()
+        for row in totals:
+            slots: list[Counts | None] = []
+            for offset in range(6, 6 + 6 * len(sides), 6):
+                passed, failed, unscored, judge_errors, first, last = row[offset:offset + 6]
+                if first is None:
+                    slots.append(None)  # none of its results on this side
                     continue
-                dimension = str(row[6])
-                for index, counts in enumerate(held):
-                    if counts is not None:
-                        by_score = [int(v) for v in row[7 + 5 * index:12 + 5 * index]]
-                        if any(by_score):
-                            counts.dimensions[dimension] = by_score
+                slots.append(Counts(passed=int(passed), failed=int(failed), unscored=int(unscored),
+                                    judge_errors=int(judge_errors), first_ts=float(first), last_ts=float(last)))
+            found[tuple(row[:6])] = slots
+        ends = [(index, 7 + 5 * index, 12 + 5 * index) for index in range(len(sides))]
+        for row in by_dimension:
+            held = found.get(tuple(row[:6]))
+            if held is None:
+                continue
+            dimension = str(row[6])
+            for index, first_score, end in ends:
+                counts = held[index]
+                if counts is not None:
+                    by_score = row[first_score:end]  # integers already: sums of integers
+                    if any(by_score):
+                        counts.dimensions[dimension] = list(by_score)
         out: list[tuple[str, list[SeriesCounts]]] = []
         for index, (name, _) in enumerate(windows):
             series = []
