@@ -38,6 +38,8 @@ from monitor.alerts.lifecycle import AlertState, step
 from monitor.alerts.metrics import AlertMetrics
 
 REPO = Path(__file__).resolve().parents[1]
+STORE_NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC).timestamp()
+"""The cycle's time in the store it reads (fixed, so that a filled --store-url serves every run)."""
 CONFIG = JudgeConfig("v1", "gpt-4.1", "1")
 DEFAULTS = DetectorSettings()
 BEFORE = 0.90
@@ -138,12 +140,18 @@ def fill_store(url: str, rubrics: int, agents: int, dimensions: int, now: float)
     five results in each of the four periods the windows cut (scores 1 to 5 on every dimension), 20 results and
     200 dimension scores per series. The least data with every row a cycle reads: the read's cost in the daemon
     is per row returned (series x dimensions), the database's per result scanned."""
-    from sqlalchemy import insert
+    from sqlalchemy import func, insert, select
 
     from monitor.alerts.store import AlertStore
     from monitor.store.sql import SqlStore, dimensions_table, results_table
 
     store = SqlStore(url)
+    with store.transaction() as conn:
+        held = conn.execute(select(func.count()).select_from(results_table)).scalar_one()
+    if held == rubrics * agents * 20:
+        return AlertStore(store)  # filled by an earlier run (--store-url): the same rows
+    if held:
+        raise SystemExit(f"{url}: holds {held} results that this benchmark did not write; give it an empty database")
     hour = 3600.0
     periods = (now - 1800, now - 12 * hour, now - 4 * 24 * hour, now - 7 * 24 * hour - 12 * hour)
     results, scores = [], []
@@ -199,7 +207,7 @@ def cycle_time(rubrics: int = 100, agents: int = 20, dimensions: int = 10, repea
                                counts(40 * scale, 0.9 - 0.2 * (rng.random() < 0.01)), counts(40 * 24 * 7, 0.9))
                   for r in range(rubrics) for a in range(agents)]
         windows.append((name, series))
-    now = time.time()
+    now = STORE_NOW
     with tempfile.TemporaryDirectory() as folder:
         store = fill_store(store_url or f"sqlite:///{folder}/results.db", rubrics, agents, dimensions, now)
         registry = CollectorRegistry()

@@ -457,7 +457,9 @@ def _mean(counts: Sequence[int]) -> float | None:
 
 def _attribution(dimensions: Sequence[Verdict], top: int = 3) -> tuple[Attribution, ...]:
     """The dimensions whose mean fell most, from this cycle's dimension verdicts of the same series."""
-    moved = [Attribution(v.key.dimension, v.current_value - v.baseline_value, v.current_value, v.baseline_value)
-             for v in dimensions if v.current_value is not None and v.baseline_value is not None]
+    # Only falls can be named, and they sort before any rise: the rest are never made.
+    moved = [Attribution(v.key.dimension, effect, v.current_value, v.baseline_value)
+             for v in dimensions if v.current_value is not None and v.baseline_value is not None
+             and (effect := v.current_value - v.baseline_value) < 0]
     moved.sort(key=lambda a: (a.effect, a.dimension))
-    return tuple(a for a in moved[:top] if a.effect < 0)
+    return tuple(moved[:top])
