@@ -23,7 +23,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Literal, NamedTuple, TypeVar
+from typing import Literal, NamedTuple
 
 from monitor.alerts.stats import TestResult, benjamini_hochberg, mann_whitney_drops, two_proportion_drop
 
@@ -188,28 +188,23 @@ class Detection:
     def by_key(self) -> dict[SeriesKey, Verdict]:
         """One verdict per alert key: a regression on any baseline or window wins; then ok; then the rest."""
         rank = {"regression": 0, "cannot_judge": 1, "ok": 2, "no_verdict": 3}
-        return _best(((v.key, v) for v in self.verdicts), rank)
+        best: dict[SeriesKey, Verdict] = {}
+        for verdict in self.verdicts:
+            held = best.get(verdict.key)
+            if held is None or (rank[verdict.status], _q(verdict)) < (rank[held.status], _q(held)):
+                best[verdict.key] = verdict
+        return best
 
     def per_baseline(self) -> dict[tuple[SeriesKey, Baseline], Verdict]:
         """One verdict per metric series (key, baseline): the window with the strongest evidence."""
         rank = {"regression": 0, "ok": 1, "cannot_judge": 2, "no_verdict": 3}
-        return _best((((v.key, v.baseline), v) for v in self.verdicts), rank)
-
-
-_Slot = TypeVar("_Slot")
-
-
-def _best(verdicts: Iterable[tuple[_Slot, Verdict]], rank: Mapping[str, int]) -> dict[_Slot, Verdict]:
-    """Per slot, the verdict of lowest (rank of its status, q-value); the first of equals."""
-    best: dict[_Slot, Verdict] = {}
-    held_by: dict[_Slot, tuple[int, float]] = {}
-    for slot, verdict in verdicts:
-        mine = (rank[verdict.status], _q(verdict))
-        held = held_by.get(slot)
-        if held is None or mine < held:
-            best[slot] = verdict
-            held_by[slot] = mine
-    return best
+        best: dict[tuple[SeriesKey, Baseline], Verdict] = {}
+        for verdict in self.verdicts:
+            slot = (verdict.key, verdict.baseline)
+            held = best.get(slot)
+            if held is None or (rank[verdict.status], _q(verdict)) < (rank[held.status], _q(held)):
+                best[slot] = verdict
+        return best
 
 
 def _q(verdict: Verdict) -> float:
@@ -251,10 +246,11 @@ def _detect(windows: Sequence[tuple[str, Sequence[SeriesCounts]]], settings: Det
         for (rubric, agent), items in sorted(grouped.items()):
             reasons = shared | set((rubric_reasons or {}).get(rubric, ())) | _cannot_judge_reasons(items, settings)
             cannot_judge.setdefault((rubric, agent), set()).update(reasons)
-            annotation = _annotation(rubric, agent, items)
+            config = _newest_config(items)
+            annotation = _annotation(rubric, agent, items, config)
             if annotation is not None:
                 annotations[annotation.key] = annotation
-            _series_tests(cycle, window, rubric, agent, items, tuple(sorted(reasons)))
+            _series_tests(cycle, window, rubric, agent, items, config, tuple(sorted(reasons)))
     cycle.judge()
     return Detection(cycle.verdicts, sorted(annotations.values(), key=lambda a: a.key), cannot_judge)
 
@@ -319,16 +315,18 @@ def _cannot_judge_reasons(items: Sequence[SeriesCounts], settings: DetectorSetti
 
 def _newest_config(items: Sequence[SeriesCounts]) -> JudgeConfig | None:
     """The configuration of the most recent result in the current window."""
+    if len(items) == 1:  # the usual case: one configuration, one agent version
+        return items[0].config if items[0].current.total else None
     live = [i for i in items if i.current.total]
     if not live:
         return None
     return max(live, key=lambda i: (i.current.last_ts, i.config)).config
 
 
-def _annotation(rubric: str, agent: str, items: Sequence[SeriesCounts]) -> Annotation | None:
-    newest = _newest_config(items)
-    if newest is None:
-        return None
+def _annotation(rubric: str, agent: str, items: Sequence[SeriesCounts], newest: JudgeConfig | None
+                ) -> Annotation | None:
+    if newest is None or len(items) == 1:
+        return None  # nothing in the window, or nothing else to compare with
     last_seen: dict[JudgeConfig, float] = {}
     for item in items:
         if item.config != newest:
@@ -341,11 +339,10 @@ def _annotation(rubric: str, agent: str, items: Sequence[SeriesCounts]) -> Annot
 
 
 def _series_tests(cycle: _Cycle, window: str, rubric: str, agent: str, items: Sequence[SeriesCounts],
-                  why: tuple[str, ...]) -> None:
+                  config: JudgeConfig | None, why: tuple[str, ...]) -> None:
     """The verdicts of one (rubric, agent) in one window, added to ``cycle`` (their tests are queued there);
     ``why``: the reasons it cannot be judged (empty: it can)."""
     settings = cycle.settings
-    config = _newest_config(items)
     same = [i for i in items if i.config == config]
     if len(same) == 1:
         found = same[0].current.dimensions.keys() | same[0].baseline.dimensions.keys()
@@ -356,7 +353,7 @@ def _series_tests(cycle: _Cycle, window: str, rubric: str, agent: str, items: Se
         dimensions = sorted(found)
         dimension_keys = [SeriesKey(rubric, agent, "dimension_mean", dimension) for dimension in dimensions]
         cycle.dimension_keys[(rubric, agent)] = (dimensions, dimension_keys)
-    start = min((i.current.first_ts for i in same), default=0.0)
+    start = same[0].current.first_ts if len(same) == 1 else min((i.current.first_ts for i in same), default=0.0)
     pairs = _baseline_pairs(same)
     min_samples = settings.min_samples
     # Too few scores is "no verdict"; a series that cannot be judged says why instead, test or not.

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from itertools import chain
 from typing import NamedTuple
 
 import numpy as np
@@ -133,8 +134,9 @@ def mann_whitney_drops(current: Sequence[Sequence[int]], baseline: Sequence[Sequ
     than ``_EXACT_TOTAL`` scores) are left to the scalar function."""
     if not current:
         return [], []
-    c = np.array(current, dtype=np.int64).reshape(-1, 5)
-    b = np.array(baseline, dtype=np.int64).reshape(-1, 5)
+    # Flattened first: numpy reads one flat list of ints twice as fast as a list of short lists.
+    c = np.array(list(chain.from_iterable(current)), dtype=np.int64).reshape(-1, 5)
+    b = np.array(list(chain.from_iterable(baseline)), dtype=np.int64).reshape(-1, 5)
     c1, c2, c3, c4, c5 = c.T
     b1, b2, b3, b4, b5 = b.T
     n1 = c1 + c2 + c3 + c4 + c5
