@@ -2,16 +2,21 @@
 
     python benchmarks/bench_scrape.py --backend sqlite --sizes 0,100000,1000000
     python benchmarks/bench_scrape.py --backend postgres --postgres-url postgresql+psycopg://... --sizes ...
+    python benchmarks/bench_scrape.py --backend postgres --postgres-url ... --sizes 0 --record-only
 
 100 rubrics × 20 agents × 10 dimensions, windows 1h and 24h. For each history size, the results of the last 24
 hours are inserted in bulk (results, their dimension rows), the rollups rebuilt from them
 (``SqlStore.rebuild_rollups``, the product path), then a daemon's state is built as after a restart (``startup``:
 the first read of the windows), 2,000 evaluations are recorded through the product path (one per rubric and
-agent, so every series exists), and the end-of-cycle refresh and 20 scrapes over real HTTP are timed.
+agent, so every series exists), and the end-of-cycle refresh and 20 scrapes over real HTTP are timed: by a
+client in this process, by curl (a separate process, as Prometheus is), and in the server's CPU time.
 
-Recording cost: the same store is written by two ``SqlStore`` objects, one of which skips the rollup
-maintenance (what ``record`` cost before), interleaved so machine load hits both alike; the metric side compares
-the histograms it replaced (prometheus_client, as on main before) with ``QualityMetrics.record``.
+Recording cost, on the same store (``record_costs``): store variants take turns result by result, in rounds, so
+machine load hits them alike: ``before`` records as before the rollups existed (no rollups, one statement per
+table), ``now`` is the product; on PostgreSQL also ``separate`` (rollups kept in one statement per table, the
+product before it recorded in one statement) and ``now_without_rollups``. Results are a 10-dimension weighted
+rubric's, with reasons. The metric side compares the histograms the counters replaced (prometheus_client, as on
+main before) with ``QualityMetrics.record``.
 """
 
 from __future__ import annotations
@@ -22,10 +27,13 @@ import io
 import json
 import random
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
+import types
 import urllib.request
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -35,11 +43,14 @@ if __package__ in (None, ""):
 
 import sqlalchemy
 from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.exposition import choose_encoder
 
-from monitor.exposition import Exposition
+from monitor.evaluators.prompts import PROMPT_VERSION
+from monitor.exposition import Exposition, _names_unescaped
 from monitor.health import HealthState, MonitorHTTPServer
 from monitor.metrics import MonitorMetrics
 from monitor.models import DimensionScore, EvaluationResult
+from monitor.quality import QualityMetrics
 from monitor.rollups import parse_window
 from monitor.store.base import RollupKey, RollupSums
 from monitor.store.sql import SqlStore
@@ -50,6 +61,9 @@ SCRAPES = 20
 OPENMETRICS = "application/openmetrics-text; version=1.0.0; charset=utf-8"
 _PAYLOAD = json.dumps({"reason": "x" * 200})  # a stand-in: nothing timed here reads a result's payload
 _CHUNK = 20_000
+# A judge's reasons as the weighted evaluator keeps them (bounded), so a recorded payload has its real size.
+_REASON = "The agent confirmed the booking details and cited the fare rules, but skipped the baggage policy. " * 2
+_DIMENSION_REASON = "Asked for the reservation id before changing the flight; quoted the policy correctly."
 
 
 def rubric(r: int) -> str:
@@ -72,7 +86,8 @@ def bulk_insert(store: SqlStore, size: int, now: float) -> float:
             cursor.execute("PRAGMA synchronous=OFF")
         next_id = 1
         for start in range(0, size, _CHUNK):
-            results, dimensions = [], []
+            results: list[tuple[Any, ...]] = []
+            dimensions: list[tuple[Any, ...]] = []
             for i in range(start, min(size, start + _CHUNK)):
                 r, a = rng.randrange(RUBRICS), rng.randrange(AGENTS)
                 ts = now - rng.random() * 86400
@@ -94,7 +109,9 @@ def bulk_insert(store: SqlStore, size: int, now: float) -> float:
                     for row in dimensions:
                         copy.write_row(row)
             else:
-                cursor.executemany("INSERT INTO results VALUES (?,?,?,?,?,?,?,?,?,?,?,?)", results)
+                cursor.executemany("INSERT INTO results (id, conversation_id, rubric, rubric_version, turn_key, "
+                                   "revision, current, agent, outcome, score, evaluated_ts, payload) "
+                                   "VALUES (?,?,?,?,?,?,?,?,?,?,?,?)", results)
                 cursor.executemany("INSERT INTO result_dimensions VALUES (?,?,?,?,?,?,?,?)", dimensions)
             raw.commit()
         if postgres and size:
@@ -112,20 +129,39 @@ def evaluation(r: int, a: int, serial: int, at: datetime) -> EvaluationResult:
     return EvaluationResult(
         conversation_id=f"live-{serial}", trace_ids=(f"{serial:032x}",), agent=agent(a), rubric=rubric(r),
         rubric_version="1", rubric_kind="weighted", judge_model="m", outcome="pass" if score >= 0.6 else "fail",
-        score=score, evaluated_at=at, reason="scripted",
-        dimension_scores=tuple(DimensionScore(id=f"dim-{d}", score=s, applicable=True, weight=1)
+        score=score, evaluated_at=at, reason=_REASON,
+        dimension_scores=tuple(DimensionScore(id=f"dim-{d}", score=s, applicable=True, weight=1 + d % 3,
+                                              reason=_DIMENSION_REASON)
                                for d, s in enumerate(scores)),
     )
 
 
 class _WithoutRollups(SqlStore):
-    """``record`` as it was: no rollup maintenance."""
+    """``record`` without the rollup maintenance, in the statements the store uses now."""
 
-    def _apply_rollup(self, conn: Any, rollup: dict[tuple[int, RollupKey], RollupSums]) -> None:
-        return None
+    def _insert_result(self, conn: Any, row: dict[str, Any], scores: Sequence[tuple[str, int]],
+                       rollup: dict[tuple[int, RollupKey], RollupSums]) -> None:
+        super()._insert_result(conn, row, scores, {})
 
     def _note_late_changes(self, rollup: dict[tuple[int, RollupKey], RollupSums]) -> None:
         return None
+
+
+class _Before(_WithoutRollups):
+    """``record`` as it was before the rollups: one statement per table (result, then its dimension rows)."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self._one_statement = False
+
+
+class _SeparateStatements(SqlStore):
+    """``record`` with rollups in one statement per table (result, dimension rows, rollup upsert): what it was
+    on PostgreSQL before the one-statement record."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self._one_statement = False
 
 
 class _OldQualityMetrics:
@@ -148,25 +184,74 @@ class _OldQualityMetrics:
                     self.dimension.labels(*labels, d.id).observe(d.score)
 
 
-def record_costs(url: str, count: int) -> dict[str, float]:
-    new, old = SqlStore(url), _WithoutRollups(url)
-    new_metrics = MonitorMetrics(CollectorRegistry(), [parse_window(w) for w in WINDOWS]).quality
-    old_metrics = _OldQualityMetrics()
-    timings: dict[str, list[float]] = {"store_old": [], "store_new": [], "metrics_old": [], "metrics_new": []}
-    now = datetime.now(UTC)
-    for i in range(count):
-        done = evaluation(i % RUBRICS, (i // RUBRICS) % AGENTS, 10_000_000 + i, now)
-        which = "new" if i % 2 else "old"
-        store = new if which == "new" else old
-        started = time.perf_counter()
-        store.record(done)
-        timings[f"store_{which}"].append(time.perf_counter() - started)
-        started = time.perf_counter()
-        (new_metrics if which == "new" else old_metrics).record(done)
-        timings[f"metrics_{which}"].append(time.perf_counter() - started)
-    new.close()
-    old.close()
-    return {name: statistics.median(values) * 1000 for name, values in timings.items()}
+RECORD_VARIANTS = {
+    "before": _Before,  # no rollups, one statement per table (main before issue 10)
+    "now": SqlStore,  # the product
+    "separate": _SeparateStatements,  # rollups, one statement per table (PostgreSQL before this change)
+    "now_without_rollups": _WithoutRollups,  # the product's statements without the rollup part
+}
+"""Stores compared by ``record_costs``; on SQLite the last two are the same code as ``now`` and ``before``."""
+
+
+def store_of_commit(commit: str) -> type[SqlStore]:
+    """``SqlStore`` as ``monitor/store/sql.py`` was at ``commit`` (the rest of the package as it is now): the code
+    before a change, timed in the same process as the code after it."""
+    repo = Path(__file__).resolve().parents[1]
+    source = subprocess.run(["git", "-C", str(repo), "show", f"{commit}:monitor/store/sql.py"], capture_output=True,
+                            text=True, check=True).stdout
+    module = types.ModuleType(f"sql_at_{commit}")
+    exec(compile(source, f"{commit}:monitor/store/sql.py", "exec"), module.__dict__)  # this repository's own code
+    store: type[SqlStore] = module.SqlStore
+    return store
+
+
+def record_costs(url: str, rounds: int, per_round: int, commit: str | None = None) -> dict[str, Any]:
+    """Per-record wall time of each store variant, interleaved: each round records ``per_round`` results per
+    variant, taking turns result by result in an order that rotates, so machine load hits every variant alike.
+    Returns each variant's median (ms) over all records, and per round the ratio of its median to ``before``'s.
+    Metrics: the histograms before issue 10 against the counters now, timed alongside."""
+    postgres = url.startswith("postgresql")
+    variants: dict[str, type[SqlStore]] = dict(RECORD_VARIANTS)
+    names = list(RECORD_VARIANTS) if postgres else ["before", "now"]
+    if commit is not None:
+        variants[f"at_{commit}"] = store_of_commit(commit)
+        names.append(f"at_{commit}")
+    stores = {name: variants[name](url) for name in names}
+    metrics: dict[str, _OldQualityMetrics | QualityMetrics] = {"before": _OldQualityMetrics(),
+               "now": MonitorMetrics(CollectorRegistry(), [parse_window(w) for w in WINDOWS]).quality}
+    times: dict[str, list[list[float]]] = {name: [] for name in [*names, "metrics_before", "metrics_now"]}
+    now, serial = datetime.now(UTC), 0
+    for round_index in range(rounds):
+        for values in times.values():
+            values.append([])
+        for i in range(per_round):
+            order = names[(i + round_index) % len(names):] + names[:(i + round_index) % len(names)]
+            for name in order:
+                serial += 1
+                done = evaluation(serial % RUBRICS, (serial // RUBRICS) % AGENTS, 10_000_000 + serial, now)
+                started = time.perf_counter()
+                stores[name].record(done)
+                times[name][-1].append(time.perf_counter() - started)
+                if name in metrics:
+                    started = time.perf_counter()
+                    metrics[name].record(done)
+                    times[f"metrics_{name}"][-1].append(time.perf_counter() - started)
+    for store in stores.values():
+        store.close()
+    report: dict[str, Any] = {f"record_{name}_ms": round(statistics.median(
+        [t for per_round_times in rounds_times for t in per_round_times]) * 1000, 3)
+        for name, rounds_times in times.items()}
+    for name in names[1:]:
+        ratios = [statistics.median(mine) / statistics.median(base)
+                  for mine, base in zip(times[name], times["before"], strict=True)]
+        report[f"record_{name}_vs_before_per_round"] = [round(r, 3) for r in ratios]
+        report[f"record_{name}_vs_before_median"] = round(statistics.median(ratios), 3)
+    whole = [(statistics.median(s) + statistics.median(m)) / (statistics.median(b) + statistics.median(mb))
+             for s, m, b, mb in zip(times["now"], times["metrics_now"], times["before"], times["metrics_before"],
+                                    strict=True)]
+    report["record_whole_path_now_vs_before_median"] = round(statistics.median(whole), 3)
+    report["record_rounds"], report["record_per_round"] = rounds, per_round
+    return report
 
 
 def get(url: str, **headers: str) -> tuple[float, bytes]:
@@ -175,6 +260,14 @@ def get(url: str, **headers: str) -> tuple[float, bytes]:
     with urllib.request.urlopen(request, timeout=120) as response:
         body = response.read()
     return time.perf_counter() - started, body
+
+
+def curl_seconds(url: str, headers: list[str]) -> float:
+    """One scrape by curl, a separate process: its own time from connecting to the body's last byte."""
+    arguments = [part for header in headers for part in ("-H", header)]
+    done = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{time_total}", *arguments, url],
+                          capture_output=True, text=True, check=True)
+    return float(done.stdout)
 
 
 def measure(url: str, size: int, records: int) -> dict[str, Any]:
@@ -187,7 +280,7 @@ def measure(url: str, size: int, records: int) -> dict[str, Any]:
 
     registry = CollectorRegistry()
     metrics = MonitorMetrics(registry, [parse_window(w) for w in WINDOWS], max_agents_per_rubric=50)
-    metrics.judge_configured("openai", "gpt-4o-mini")
+    metrics.judge_configured("openai", "gpt-4o-mini", PROMPT_VERSION)
     for r in range(RUBRICS):
         metrics.rubric_active(rubric(r))
         metrics.rubric_info.labels(rubric(r), "1", "weighted").set(1)
@@ -220,13 +313,23 @@ def measure(url: str, size: int, records: int) -> dict[str, Any]:
     metrics.quality.refresh(store, datetime.now(UTC))
 
     exposition = Exposition(registry, metrics.quality)
-    scrape_cpu: dict[str, list[float]] = {"text": [], "openmetrics": [], "gzip": []}
+    scrape_cpu: dict[str, list[float]] = {"text": [], "openmetrics": [], "gzip": [], "live_openmetrics": [],
+                                          "live_openmetrics_underscores": []}
+    live, openmetrics_encoder = exposition._live, choose_encoder(OPENMETRICS)[0]
     for _ in range(SCRAPES):  # the server's own work, in CPU time: what machine load does not inflate
         for kind, accept, encoding in (("text", "", ""), ("openmetrics", OPENMETRICS, ""),
                                        ("gzip", OPENMETRICS, "gzip")):
             cpu = time.process_time()
             exposition.scrape(accept, encoding)
             scrape_cpu[kind].append(time.process_time() - cpu)
+        # The daemon's own series in OpenMetrics as rendered now, and with prometheus_client's default escaping
+        # (``underscores``) as they were rendered before: the same bytes.
+        for kind, encoder in (("live_openmetrics", _names_unescaped(openmetrics_encoder)),
+                              ("live_openmetrics_underscores", openmetrics_encoder)):
+            cpu = time.process_time()
+            encoder(live)
+            scrape_cpu[kind].append(time.process_time() - cpu)
+    assert _names_unescaped(openmetrics_encoder)(live) == openmetrics_encoder(live)
     server = MonitorHTTPServer("127.0.0.1", 0, exposition, HealthState(interval=timedelta(seconds=60)),
                                lambda: None)
     server.start()
@@ -244,6 +347,10 @@ def measure(url: str, size: int, records: int) -> dict[str, Any]:
         for _ in range(SCRAPES):
             elapsed, zipped = get(endpoint, **{"Accept-Encoding": "gzip"})
             gzip_times.append(elapsed)
+        # As a scraper in its own process sees it (Prometheus is one): curl's transfer time, start-up excluded.
+        by_curl = {kind: [curl_seconds(endpoint, headers) for _ in range(SCRAPES)] for kind, headers in (
+            ("text", []), ("openmetrics", [f"Accept: {OPENMETRICS}"]),
+            ("openmetrics_gzip", [f"Accept: {OPENMETRICS}", "Accept-Encoding: gzip"]))}
     finally:
         server.close()
     assert gzip.decompress(zipped) == body
@@ -262,6 +369,8 @@ def measure(url: str, size: int, records: int) -> dict[str, Any]:
         "scrape_max_ms": round(max(text_times) * 1000, 1),
         "openmetrics_median_ms": round(statistics.median(om_times) * 1000, 1),
         "gzip_median_ms": round(statistics.median(gzip_times) * 1000, 1),
+        **{f"curl_{kind}_{stat}_ms": round(f(values) * 1000, 1) for kind, values in by_curl.items()
+           for stat, f in (("median", statistics.median), ("max", max))},
     }
 
 
@@ -278,15 +387,24 @@ def main() -> None:
     parser.add_argument("--backend", choices=["sqlite", "postgres"], default="sqlite")
     parser.add_argument("--postgres-url", default="postgresql+psycopg://postgres@127.0.0.1:55432/rm_bench")
     parser.add_argument("--sizes", default="0,100000,1000000")
-    parser.add_argument("--record-samples", type=int, default=1000)
-    parser.add_argument("--record-only", action="store_true", help="only the recording cost, on an empty store")
+    parser.add_argument("--record-rounds", type=int, default=5, help="rounds of interleaved records")
+    parser.add_argument("--record-per-round", type=int, default=200, help="records per variant and round")
+    parser.add_argument("--record-commit", help="also time the store as it was at this git commit")
+    parser.add_argument("--record-only", action="store_true",
+                        help="only the recording cost, on a store holding SIZES results (no scrapes)")
     args = parser.parse_args()
     for size in (int(s) for s in args.sizes.split(",")):
         with tempfile.TemporaryDirectory() as tmp:
             url = (fresh_postgres(args.postgres_url) if args.backend == "postgres"
                    else f"sqlite:///{Path(tmp) / 'results.db'}")
-            row = {"results": 0} if args.record_only else measure(url, size, 0)
-            row.update({f"record_{k}_ms": round(v, 3) for k, v in record_costs(url, args.record_samples).items()})
+            if args.record_only:
+                store = SqlStore(url)
+                row: dict[str, Any] = {"results": size,
+                                       "bulk_insert_s": round(bulk_insert(store, size, time.time()), 1)}
+                store.close()
+            else:
+                row = measure(url, size, 0)
+            row.update(record_costs(url, args.record_rounds, args.record_per_round, args.record_commit))
             row["backend"] = args.backend
             print(json.dumps(row), flush=True)
 

@@ -25,6 +25,7 @@ from monitor.evaluators.adaptive import AdaptiveEvaluator
 from monitor.evaluators.base import EvaluationContext, Evaluator
 from monitor.evaluators.cache import VerdictCache
 from monitor.evaluators.item_cache import InMemoryItemCache, ItemStore, PersistentItemCache
+from monitor.evaluators.prompts import prompt_version
 from monitor.evaluators.static import StaticMetricEvaluator
 from monitor.evaluators.weighted import WeightedEvaluator
 from monitor.exposition import Exposition
@@ -343,7 +344,7 @@ def build_monitor(settings: Settings, registry: CollectorRegistry | None = None)
         single.release()
         stages.close()
         raise
-    metrics.judge_configured(settings.judge.kind, settings.judge.model)
+    metrics.judge_configured(settings.judge.kind, settings.judge.model, prompt_version(judge.prompt_style))
     embedded_warning = embedded_judge_warning(settings)
     if embedded_warning:
         log.warning("%s", embedded_warning)

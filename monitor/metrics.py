@@ -16,7 +16,6 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disa
 from prometheus_client.metrics import MetricWrapperBase
 
 from monitor import __version__
-from monitor.evaluators.prompts import PROMPT_VERSION
 from monitor.models import EvaluationResult
 from monitor.quality import QUALITY_FAMILIES, FamilySpec, QualityMetrics
 from monitor.rollups import Window
@@ -211,9 +210,9 @@ class MonitorMetrics:
         self.backlog = BacklogMetrics(registry)  # the backlog of ready conversations (issue 8, item 11)
         self.judge_trust = JudgeTrustMetrics(registry)  # drift canaries (monitor.canary)
 
-    def judge_configured(self, kind: str, model: str) -> None:
+    def judge_configured(self, kind: str, model: str, prompt_version: str) -> None:
         """Publish ``judge_info`` and pre-create the judge's counters at zero, so ratios work from the start."""
-        self.judge_info.labels(kind, model, PROMPT_VERSION).set(1)
+        self.judge_info.labels(kind, model, prompt_version).set(1)
         for outcome in JUDGE_OUTCOMES:
             self.judge_requests.labels(model, outcome)
         for reason in REFUSAL_REASONS:

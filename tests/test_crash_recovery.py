@@ -22,6 +22,8 @@ import yaml
 from monitor.cli import read_conversations
 from monitor.evaluators.views import reply_indices
 from monitor.otlp import spans_to_otlp_document
+from monitor.store import SqlStore
+from monitor.store.base import bucket_of
 from tests.conftest import REPO
 from tests.fakes.openai_server import Recorded, Reply, ScriptedOpenAIServer
 from tests.helpers import SEED_PASS_SCORES, fresh_postgres, judge_config, verdict, write_config
@@ -146,3 +148,17 @@ def test_kill_9_during_turn_level_scoring_loses_and_doubles_nothing(tmp_path: Pa
     doubled = [row for row, count in Counter(final).items() if count > 1]
     assert doubled == []
     assert set(final) == expected, f"missing: {sorted(expected - set(final))}"
+    # The hourly rollups, written in the transaction of each result, count every result once: they equal the
+    # rollups rebuilt from the results.
+    store = SqlStore(url)
+    try:
+        everything = (0, bucket_of(time.time()) + 3600)
+        kept = {key: sums for key, sums in store.rollup_sums(*everything).items() if sums[0] or sums[2]}
+        assert sum(sums[0] + sums[2] for key, sums in kept.items() if key[3] == "") == len(expected)
+        store.rebuild_rollups()
+        rebuilt = store.rollup_sums(*everything)
+        assert rebuilt.keys() == kept.keys()
+        for key, sums in rebuilt.items():
+            assert sums[:3] == kept[key][:3] and sums[3] == pytest.approx(kept[key][3]), key
+    finally:
+        store.close()

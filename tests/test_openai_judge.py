@@ -31,6 +31,7 @@ from monitor.errors import (
     JudgeUnavailable,
 )
 from monitor.evaluators.base import InvalidReply, JudgeUsage, ask_judge
+from monitor.evaluators.prompts import PROMPT_VERSION
 from monitor.judge.base import ChatMessage, JudgeReply, JudgeRequest
 from monitor.judge.openai_judge import (
     JudgeModelRefused,
@@ -807,7 +808,7 @@ def test_an_invalid_reply_is_counted_apart_from_the_exclusive_outcomes() -> None
 
     with ScriptedOpenAIServer(lambda _: completion(GOOD)) as server:
         metrics = new_metrics()
-        metrics.judge_configured("openai", MODEL)
+        metrics.judge_configured("openai", MODEL, PROMPT_VERSION)
         with_judge(settings_for(server), metrics, use)
     outcomes = {family.name: family for family in metrics.registry.collect()}["rubric_monitor_judge_requests"]
     by_outcome = {s.labels["outcome"]: s.value for s in outcomes.samples if s.name.endswith("_total")}

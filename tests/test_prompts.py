@@ -74,10 +74,11 @@ def _reply(request: JudgeRequest) -> str:
 
 
 def prompts(rubric_fields: dict[str, Any], *items: Conversation,
-            evaluator: AdaptiveEvaluator | None = None) -> tuple[list[JudgeRequest], list[EvaluationResult]]:
+            evaluator: AdaptiveEvaluator | None = None, judge: ScriptedJudge | None = None,
+            ) -> tuple[list[JudgeRequest], list[EvaluationResult]]:
     """Evaluate ``items`` (default: the airline conversation) and return the requests sent and the results."""
     rubric = parse_rubric({"name": "r", **rubric_fields}, "rubrics/r.yaml")
-    judge = ScriptedJudge(_reply)
+    judge = judge or ScriptedJudge(_reply)
     context = EvaluationContext(judge=judge, settings=JudgeSettings())
     chosen: Any = {"weighted": WeightedEvaluator(), "adaptive": evaluator or AdaptiveEvaluator(InMemoryItemCache())
                    }.get(rubric.kind, StaticMetricEvaluator())
@@ -88,9 +89,15 @@ def prompts(rubric_fields: dict[str, Any], *items: Conversation,
             results += await chosen.evaluate(item, rubric, context)
         return results
 
-    results = asyncio.run(run())
+    return judge.requests, asyncio.run(run())
+
+
+def scored_prompts(rubric_fields: dict[str, Any], *items: Conversation,
+                   evaluator: AdaptiveEvaluator | None = None) -> tuple[list[JudgeRequest], list[EvaluationResult]]:
+    """``prompts`` with valid replies: every result is scored."""
+    requests, results = prompts(rubric_fields, *items, evaluator=evaluator)
     assert all(r.outcome != "unscored" for r in results), [r.unscored_reason for r in results]
-    return judge.requests, results
+    return requests, results
 
 
 def system(request: JudgeRequest) -> str:
@@ -139,7 +146,7 @@ def _label(fields: dict[str, Any]) -> str:
 
 @pytest.mark.parametrize("fields", ALL_KINDS, ids=_label)
 def test_every_prompt_names_exactly_the_data_blocks_it_carries(fields: dict[str, Any]) -> None:
-    requests, _ = prompts(fields)
+    requests, _ = scored_prompts(fields)
     assert requests
     for request in requests:
         assert named_blocks(system(request)) == top_level_blocks(user(request)), system(request)
@@ -150,7 +157,7 @@ def test_every_prompt_names_exactly_the_data_blocks_it_carries(fields: dict[str,
 @pytest.mark.parametrize("metric", ADAPTIVE_METRIC_NAMES)
 def test_only_reply_metrics_are_told_the_last_turn_is_judged(metric: str) -> None:
     fields = next(f for f in ALL_KINDS if f.get("metric") == metric)
-    requests, _ = prompts(fields)
+    requests, _ = scored_prompts(fields)
     validation = next(r for r in requests if r.schema_name == "rubric_item_verdicts")
     whole = metric in (*MULTI_TURN_AGENT, "custom")
     assert (LAST_TURN in system(validation) + user(validation)) is not whole
@@ -162,7 +169,7 @@ def test_only_reply_metrics_are_told_the_last_turn_is_judged(metric: str) -> Non
 @pytest.mark.parametrize("metric", ADAPTIVE_METRIC_NAMES)
 def test_a_metric_told_to_rely_on_tool_results_is_shown_them(metric: str) -> None:
     fields = next(f for f in ALL_KINDS if f.get("metric") == metric)
-    requests, _ = prompts(fields)
+    requests, _ = scored_prompts(fields)
     validation = next(r for r in requests if r.schema_name == "rubric_item_verdicts")
     evidence = "what the tool calls shown did and returned" in system(validation)
     shows_tools = '<tool_result id="call_1">' in user(validation) and "update_reservation" in user(validation)
@@ -185,7 +192,7 @@ def test_items_are_written_for_the_request_in_its_context_and_cached_by_it() -> 
     airline = yes_please("airline", "You change flights.", "Shall I move ABC123 to May 20?", "a")
     hotel = yes_please("hotel", "You book hotel rooms.", "Shall I cancel room 12 tonight?", "b")
     evaluator = AdaptiveEvaluator(InMemoryItemCache())
-    requests, results = prompts({"kind": "adaptive"}, airline, hotel, airline.model_copy(update={"id": "c"}),
+    requests, results = scored_prompts({"kind": "adaptive"}, airline, hotel, airline.model_copy(update={"id": "c"}),
                                 evaluator=evaluator)
     generations = [user(r) for r in requests if r.schema_name == "rubric_items"]
     assert len(generations) == 2  # the two unrelated "yes please" get their own items; the repeat is cached
@@ -202,7 +209,7 @@ def test_items_are_written_for_the_request_in_its_context_and_cached_by_it() -> 
 def test_long_agent_instructions_are_shortened_for_metrics_that_do_not_read_the_setup() -> None:
     long = conversation(text("user", "Hi"), text("assistant", "Hello."),
                         system_instructions="Policy. " + "x" * 5000 + " The end.")
-    requests, _ = prompts({"kind": "adaptive"}, long)
+    requests, _ = scored_prompts({"kind": "adaptive"}, long)
     generation = user(next(r for r in requests if r.schema_name == "rubric_items"))
     assert "chars cut" in generation and "The end." in generation
     assert len(generation) < 2000
@@ -219,7 +226,7 @@ def test_the_weighted_prompt_explains_applicability_the_ones_rule_and_turns_with
         "      3: Confirms, but misses a fee.\n      5: Confirms, states fees, then changes.\n"
         "  - id: clarity\n    description: Clear.\n    weight: 2\n", encoding="utf-8")
     rubric = load_rubric_file(path)
-    requests, _ = prompts(rubric.model_dump(exclude={"version"}))
+    requests, _ = scored_prompts(rubric.model_dump(exclude={"version"}))
     [request] = requests
     instructions = system(request)
     assert "weight" not in instructions.lower()  # weights are the formula's business, not the judge's
@@ -236,7 +243,7 @@ def test_the_weighted_prompt_explains_applicability_the_ones_rule_and_turns_with
 
 
 def test_a_turn_level_weighted_rubric_is_told_to_score_one_turn() -> None:
-    requests, results = prompts({"kind": "weighted", "evaluation_level": "turn",
+    requests, results = scored_prompts({"kind": "weighted", "evaluation_level": "turn",
                                  "dimensions": [{"id": "resolution", "description": "Resolves it.", "weight": 9}]})
     assert [r.turn_index for r in results] == [1, 5] and len(requests) == 2  # still one call per verdict
     for request, turn in zip(requests, (1, 5), strict=True):
@@ -265,7 +272,7 @@ def test_tool_arguments_are_context_and_only_the_prose_is_judged(kind: str) -> N
         *AGENT.messages[:3],
         AGENT.messages[3].model_copy(update={"parts": (*AGENT.messages[3].parts, *AGENT.messages[5].parts)}),
     )})
-    requests, _ = prompts({"kind": kind}, same_message)
+    requests, _ = scored_prompts({"kind": kind}, same_message)
     [request] = requests
     context = user(request)[: user(request).index("<reply>")]
     assert '"date": "2024-05-20"' in context
@@ -296,3 +303,57 @@ def test_built_in_prompts_are_versioned_and_a_prompt_change_changes_the_rubric_v
     assert parse_rubric({"name": "q", "kind": "adaptive", "version": "3"}, "q.yaml").version != explicit
     # Other metrics keep theirs.
     assert builtin_version("adaptive", "text_quality") == names[1]
+
+
+# The embedded judge's terse prompt ----------------------------------------------------------------------------
+
+TERSE_RUBRIC = {"kind": "weighted", "dimensions": [
+    {"id": "policy_enforcement", "description": "Enforces the change policy.", "weight": 9},
+    {"id": "clarity", "description": "Clear.", "weight": 2}]}
+
+
+def terse_judge(reply: str) -> ScriptedJudge:
+    return ScriptedJudge(lambda _: reply, model="small", prompt_style="terse")
+
+
+def test_a_terse_judge_gets_a_third_of_the_prompt_and_its_one_character_per_dimension_reply_is_scored() -> None:
+    [full], _ = scored_prompts(TERSE_RUBRIC)
+    [request], [result] = prompts(TERSE_RUBRIC, judge=terse_judge('"4-5"'))
+    assert system(request).startswith("Rate the agent on each numbered criterion")
+    assert system(request).endswith("r\n1 policy_enforcement\n2 clarity\n3 general_quality (always applies)")
+    assert "user: I need to change my flight to May 20.\n" in user(request)
+    assert '[call update_reservation {"date":"2024-05-20","reservation_id":"ABC123"}]' in user(request)
+    assert "<turn" not in user(request) and "tool_definitions" not in user(request)
+    sent = sum(len(m.content) for m in request.messages)
+    assert sent * 3 < sum(len(m.content) for m in full.messages)
+    # A dimension that may be not applicable allows "-"; an always-applicable one does not.
+    assert request.schema == {"type": "string", "pattern": "^[1-5-][1-5-][1-5]$"}
+    assert request.max_output_tokens == 6
+    assert [(d.id, d.applicable, d.score) for d in result.dimension_scores] == [
+        ("policy_enforcement", True, 4), ("clarity", False, None), ("general_quality", True, 5)]
+    assert result.score == pytest.approx((9 * 4 + 5 * 5) / (5 * 14)) and result.outcome == "pass"
+    # Its results are never compared with full-prompt ones.
+    assert result.prompt_version is not None and result.prompt_version.startswith(f"{PROMPT_VERSION}-terse-")
+    assert result.raw_reply == '"4-5"'
+
+
+@pytest.mark.parametrize(("reply", "problem"), [
+    ('"4-"', "reply has 2 characters for 3 dimensions"),
+    ('"4--"', "dimension 'general_quality' is always applicable but came back not applicable"),
+    ('"4x5"', "dimension 'clarity': 'x' is neither a score from 1 to 5 nor -"),
+    ("45", "reply is not a string of one character per dimension"),
+])
+def test_a_terse_reply_that_does_not_fit_the_rubric_is_unscored_and_says_why(reply: str, problem: str) -> None:
+    requests, [result] = prompts(TERSE_RUBRIC, judge=terse_judge(reply))
+    assert len(requests) == 2  # asked again once, like any invalid reply
+    assert result.outcome == "unscored" and result.score is None
+    assert result.unscored_reason == f"invalid_reply: {problem}"
+
+
+def test_a_terse_turn_level_prompt_judges_the_last_turn_shown() -> None:
+    fields = {**TERSE_RUBRIC, "evaluation_level": "turn"}
+    requests, results = prompts(fields, judge=terse_judge('"335"'))
+    assert [r.turn_index for r in results] == [1, 5]
+    for request, last in zip(requests, ("Which reservation?", "Done: reservation ABC123"), strict=True):
+        assert "Judge only the last assistant turn; earlier turns are context." in system(request)
+        assert user(request).split("\n")[-2].startswith(f"assistant: {last}")

@@ -77,6 +77,36 @@ def test_a_transcript_cannot_close_the_data_block() -> None:
     assert "&lt;/conversation&gt;" in rendered and "&amp;" in rendered
     assert '<conversation agent="evil&quot; agent=&quot;x">' in rendered
     assert 'name="lookup&quot;&gt;&lt;x"' in rendered
+    terse = render_conversation(conversation, markup="terse").text
+    assert terse.count("</conversation>") == 1 and terse.endswith("</conversation>")
+    assert "<system>" not in terse and "</turn>" not in terse and "&lt;/conversation&gt;" in terse
+    assert "[call lookup\"&gt;&lt;x " in terse
+
+
+def test_the_terse_markup_is_one_line_per_turn_without_tool_definitions_and_cuts_the_same_way() -> None:
+    conversation = Conversation(
+        id="c9", agent_name="desk",
+        system_instructions="Book tables.",
+        tool_definitions=(ToolDefinition(name="book", description="Book a table", parameters={"type": "object"}),),
+        messages=(
+            text("user", "A table for 2, please."),
+            Message(role="assistant", parts=(Part(type="tool_call", id="t1", name="book", arguments={"n": 2}),)),
+            Message(role="tool", parts=(Part(type="tool_call_response", id="t1", response={"ok": True}),)),
+            text("assistant", "Booked."),
+        ),
+    )
+    rendered = render_conversation(conversation, markup="terse")
+    assert rendered.text == ("<conversation>\nsystem: Book tables.\nuser: A table for 2, please.\n"
+                             'assistant: [call book {"n":2}]\ntool: [result {"ok":true}]\n'
+                             "assistant: Booked.\n</conversation>")
+    assert rendered.estimated_tokens * 2 < render_conversation(conversation).estimated_tokens
+    # The budget steps are the markup's too: middle turns are left out, and said to be.
+    long = conversation.model_copy(update={"messages": conversation.messages + tuple(
+        text("user" if i % 2 else "assistant", f"message {i} " + "words " * 60) for i in range(30))})
+    cut = render_conversation(long, budget_tokens=400, markup="terse")
+    assert cut.truncated and cut.omitted_turns > 0
+    assert re.search(r"\n\[\d+ turns left out to fit the context budget; tools called in them: book x1\]\n",
+                     cut.text)
 
 
 def test_a_long_tool_result_keeps_its_head_and_tail_and_is_marked() -> None:

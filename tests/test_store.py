@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
@@ -209,3 +210,53 @@ def test_nul_characters_in_ids_are_stored_on_every_backend(store: SqlStore) -> N
     result = EvaluationResult(conversation_id=pending.key, agent="a\x00gent", rubric="r", rubric_version="1",
                               rubric_kind="weighted", judge_model="m", outcome="pass", score=1.0)
     assert store.record(result) and store.has_result(pending.key, "r", "1", 0)
+
+
+def test_a_result_lands_in_its_hours_rollups_once_with_its_dimensions_and_outbox_entry(store: SqlStore) -> None:
+    # PostgreSQL writes the result, its dimension rows, its outbox entry and its rollups in one statement; SQLite
+    # in one statement per table. Either way: all of it once, or (a duplicate) none of it.
+    now = datetime.now(UTC).replace(minute=30)
+    earlier = now - timedelta(hours=3)
+    ten = (5, 4, 3, 2, 1, 5, 4, 3, 2, 1)
+    store.outbox_enabled = True
+    assert store.record(result("c1", "pass", score=0.6, dims=ten, at=now))
+    assert store.record(result("c2", "fail", score=0.2, dims=(1,) * 10, at=earlier))
+    assert store.record(result("c3", "unscored", dims=(), at=now))
+    assert not store.record(result("c1", "pass", score=0.6, dims=ten, at=now))  # the same verdict again
+    store.outbox_enabled = False
+    assert store.record(result("c4", "pass", score=0.8, dims=ten, at=now))
+
+    hour, past = bucket_of(now.timestamp()), bucket_of(earlier.timestamp())
+    this_hour, that_hour = store.rollup_sums(hour, hour), store.rollup_sums(past, past)
+    assert this_hour[("r", "v1", "agent-a", "")] == (2, 2, 1, pytest.approx(1.4))
+    assert that_hour[("r", "v1", "agent-a", "")] == (1, 0, 0, pytest.approx(0.2))
+    for i, score in enumerate(ten):
+        assert this_hour[("r", "v1", "agent-a", f"d{i}")] == (2, 0, 0, 2.0 * score)
+        assert that_hour[("r", "v1", "agent-a", f"d{i}")] == (1, 0, 0, 1.0)
+    assert len(this_hour) == len(that_hour) == 11
+    assert sorted(r.conversation_id for _, r in store.outbox_batch(10)) == ["c1", "c2", "c3"]
+    # The dimension rows are there once each: rollups rebuilt from them equal the ones kept while recording.
+    kept = store.rollup_sums(past, hour)
+    store.rebuild_rollups()
+    assert store.rollup_sums(past, hour) == kept
+
+
+def test_replicas_recording_into_the_same_rollup_rows_at_once_lose_no_count(store: SqlStore) -> None:
+    if store.url.endswith(":memory:"):
+        pytest.skip("an in-memory store has no second replica")
+    replica = SqlStore(store.url)
+    now = datetime.now(UTC)
+    dims = (3,) * 10
+
+    def record_many(on: SqlStore, prefix: str) -> None:
+        for i in range(40):
+            assert on.record(result(f"{prefix}{i}", "pass", score=0.5, dims=dims, at=now))
+
+    with ThreadPoolExecutor(2) as pool:
+        for future in [pool.submit(record_many, store, "a"), pool.submit(record_many, replica, "b")]:
+            future.result()
+    replica.close()
+    hour = bucket_of(now.timestamp())
+    sums = store.rollup_sums(hour, hour)
+    assert sums[("r", "v1", "agent-a", "")] == (80, 80, 0, pytest.approx(40.0))
+    assert all(sums[("r", "v1", "agent-a", f"d{i}")] == (80, 0, 0, 240.0) for i in range(10))

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
 from monitor.errors import JudgeError, JudgeRefused
-from monitor.evaluators.prompts import PROMPT_VERSION
+from monitor.evaluators.prompts import prompt_version
 from monitor.judge.base import ChatMessage, Judge, JudgeReply, JudgeRequest
 from monitor.models import Conversation, EvaluationResult
 from monitor.rubrics.base import RubricBase
@@ -148,7 +148,7 @@ def result_fields(
         "rubric_kind": str(getattr(rubric, "kind", "")),
         "turn_index": turn_index,
         "judge_model": rubric.judge_model or context.judge.model,
-        "prompt_version": PROMPT_VERSION,
+        "prompt_version": prompt_version(context.judge.prompt_style),
         "agent_version": conversation.agent_version,
         "threshold": threshold,
         "judge_calls": usage.calls,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import statistics
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,10 +23,19 @@ from monitor.evaluators.base import (
     unscored_result,
 )
 from monitor.evaluators.cache import VerdictCache
-from monitor.evaluators.prompts import TURN_FOCUS, TURN_LEVEL_INSTRUCTIONS, WEIGHTED_INSTRUCTIONS
+from monitor.evaluators.prompts import (
+    TERSE_ALWAYS_APPLICABLE,
+    TERSE_DIMENSION_LINE,
+    TERSE_ONE_TURN,
+    TERSE_WEIGHTED_INSTRUCTIONS,
+    TERSE_WHOLE_CONVERSATION,
+    TURN_FOCUS,
+    TURN_LEVEL_INSTRUCTIONS,
+    WEIGHTED_INSTRUCTIONS,
+)
 from monitor.evaluators.views import judge_each_reply, output_budget
 from monitor.judge.base import JudgeRequest
-from monitor.judge.render import render_conversation
+from monitor.judge.render import RenderedConversation, render_conversation
 from monitor.models import Conversation, DimensionScore, EvaluationResult
 from monitor.rubrics.schema import WeightedRubric
 
@@ -93,6 +102,31 @@ def parse_verdict(reply: Any, rubric: WeightedRubric) -> tuple[DimensionScore, .
     if unknown:
         raise InvalidReply(f"reply has dimensions the rubric does not: {', '.join(unknown)}")
     return tuple(scores)
+
+
+def terse_verdict_schema(rubric: WeightedRubric) -> dict[str, Any]:
+    """A terse verdict: one character per dimension, in the rubric's order: a score, or ``-`` for not applicable
+    (never for an always-applicable dimension). A reply of this schema is a few tokens; the JSON verdict, even
+    without reasons, is ten times more."""
+    pattern = "".join("[1-5]" if d.always_applicable else "[1-5-]" for d in rubric.dimensions)
+    return {"type": "string", "pattern": f"^{pattern}$"}
+
+
+def parse_terse_verdict(reply: Any, rubric: WeightedRubric) -> tuple[DimensionScore, ...]:
+    """Read a terse verdict as the JSON verdict it stands for, checked by ``parse_verdict``."""
+    if not isinstance(reply, str):
+        raise InvalidReply("reply is not a string of one character per dimension")
+    if len(reply) != len(rubric.dimensions):
+        raise InvalidReply(f"reply has {len(reply)} characters for {len(rubric.dimensions)} dimensions")
+    verdicts: dict[str, Any] = {}
+    for dimension, mark in zip(rubric.dimensions, reply, strict=True):
+        if mark == "-":
+            verdicts[dimension.id] = {"applicable": False, "score": None}
+        elif mark in "12345":
+            verdicts[dimension.id] = {"applicable": True, "score": int(mark)}
+        else:
+            raise InvalidReply(f"dimension {dimension.id!r}: {mark!r} is neither a score from 1 to 5 nor -")
+    return parse_verdict({"dimensions": verdicts}, rubric)
 
 
 def combine_samples(samples: Sequence[tuple[DimensionScore, ...]]) -> tuple[DimensionScore, ...]:
@@ -170,6 +204,17 @@ def rubric_prompt(rubric: WeightedRubric) -> str:
     return "\n".join(lines)
 
 
+def terse_rubric_prompt(rubric: WeightedRubric) -> str:
+    """The rubric as a terse judge reads it: its name, then each dimension's id numbered in reply order. The
+    descriptions are left out: they are a third of the prompt, and a model small enough to need terse prompts
+    goes by the ids' words either way."""
+    lines = [rubric.name]
+    for number, d in enumerate(rubric.dimensions, 1):
+        always = TERSE_ALWAYS_APPLICABLE if d.always_applicable else ""
+        lines.append(TERSE_DIMENSION_LINE.format(number=number, id=d.id, always=always))
+    return "\n".join(lines)
+
+
 def weighted_prompt_texts() -> tuple[str, ...]:
     """Every fixed text of the weighted prompt (what ``builtin_version`` fingerprints)."""
     return (WEIGHTED_INSTRUCTIONS, TURN_LEVEL_INSTRUCTIONS, TURN_FOCUS, DIMENSION_LINE, ALWAYS_APPLICABLE,
@@ -198,25 +243,13 @@ class WeightedEvaluator:
         self, conversation: Conversation, rubric: WeightedRubric, context: EvaluationContext, turn: int | None
     ) -> EvaluationResult:
         settings = context.settings
+        terse = context.judge.prompt_style == "terse"
         rendered = render_conversation(
-            conversation, settings.context_token_budget, settings.tool_result_max_chars, upto=turn
+            conversation, settings.context_token_budget, settings.tool_result_max_chars, upto=turn,
+            markup="terse" if terse else "tagged",
         )
         model = rubric.judge_model or context.judge.model
-        rubric_text = rubric_prompt(rubric)
-        # A turn-level rubric is told to score one turn, never "over the whole conversation".
-        instructions = WEIGHTED_INSTRUCTIONS if turn is None else TURN_LEVEL_INSTRUCTIONS
-        system = f"{instructions}\n\n<rubric>\n{rubric_text}\n</rubric>"
-        user = rendered.text if turn is None else TURN_FOCUS.format(turn_index=turn) + "\n" + rendered.text
-        request = JudgeRequest(
-            messages=system_and_user(system, user),
-            schema=verdict_schema(rubric),
-            schema_name="rubric_verdict",
-            model=rubric.judge_model,
-            temperature=settings.temperature,
-            # about 120 tokens per dimension: reason, applicability, score
-            max_output_tokens=output_budget(context, 120 * len(rubric.dimensions) + 100),
-            rubric=rubric.name,
-        )
+        request, parse = (self._terse_request if terse else self._full_request)(rubric, rendered, turn, context)
         cache_key = (rendered.text, rubric.name, rubric.version, model, turn)
         usage = JudgeUsage()
         cached = self._cache.get(cache_key)
@@ -226,7 +259,7 @@ class WeightedEvaluator:
             samples = [cached]
         else:
             for _ in range(rubric.samples or settings.samples):
-                asked = await ask_judge(context.judge, request, lambda r: parse_verdict(r, rubric), usage)
+                asked = await ask_judge(context.judge, request, parse, usage)
                 if asked.value is not None:
                     samples.append(asked.value)
                 else:
@@ -258,3 +291,40 @@ class WeightedEvaluator:
             details=details,
             **base,
         )
+
+    @staticmethod
+    def _full_request(
+        rubric: WeightedRubric, rendered: RenderedConversation, turn: int | None, context: EvaluationContext
+    ) -> tuple[JudgeRequest, Callable[[Any], tuple[DimensionScore, ...]]]:
+        # A turn-level rubric is told to score one turn, never "over the whole conversation".
+        instructions = WEIGHTED_INSTRUCTIONS if turn is None else TURN_LEVEL_INSTRUCTIONS
+        system = f"{instructions}\n\n<rubric>\n{rubric_prompt(rubric)}\n</rubric>"
+        user = rendered.text if turn is None else TURN_FOCUS.format(turn_index=turn) + "\n" + rendered.text
+        request = JudgeRequest(
+            messages=system_and_user(system, user),
+            schema=verdict_schema(rubric),
+            schema_name="rubric_verdict",
+            model=rubric.judge_model,
+            temperature=context.settings.temperature,
+            # about 120 tokens per dimension: reason, applicability, score
+            max_output_tokens=output_budget(context, 120 * len(rubric.dimensions) + 100),
+            rubric=rubric.name,
+        )
+        return request, lambda reply: parse_verdict(reply, rubric)
+
+    @staticmethod
+    def _terse_request(
+        rubric: WeightedRubric, rendered: RenderedConversation, turn: int | None, context: EvaluationContext
+    ) -> tuple[JudgeRequest, Callable[[Any], tuple[DimensionScore, ...]]]:
+        scope = TERSE_WHOLE_CONVERSATION if turn is None else TERSE_ONE_TURN
+        system = TERSE_WEIGHTED_INSTRUCTIONS.format(scope=scope) + "\n" + terse_rubric_prompt(rubric)
+        request = JudgeRequest(
+            messages=system_and_user(system, rendered.text),
+            schema=terse_verdict_schema(rubric),
+            schema_name="rubric_verdict",
+            model=rubric.judge_model,
+            temperature=context.settings.temperature,
+            max_output_tokens=len(rubric.dimensions) + 3,  # the characters, two quotes, the end of the reply
+            rubric=rubric.name,
+        )
+        return request, lambda reply: parse_terse_verdict(reply, rubric)

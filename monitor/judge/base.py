@@ -13,6 +13,12 @@ from typing import Any, Literal, Protocol
 
 ResponseMode = Literal["json_schema", "json_object", "prompt"]
 
+PromptStyle = Literal["full", "terse"]
+"""How much an evaluator puts in its prompt and asks back. ``full``: the whole rubric and transcript, a reason per
+verdict. ``terse``: the embedded judge's, where every token costs tens of milliseconds on a CPU: short
+instructions, the rubric's first words, a one-line-per-turn transcript, and the shortest reply (one character per
+dimension). Evaluators without a terse prompt use their full one."""
+
 
 @dataclass(frozen=True)
 class ChatMessage:
@@ -49,6 +55,11 @@ class Judge(Protocol):
     @property
     def model(self) -> str:
         """Default model name, recorded with every result."""
+        ...
+
+    @property
+    def prompt_style(self) -> PromptStyle:
+        """The prompts this judge's model is given (see ``PromptStyle``)."""
         ...
 
     async def complete(self, request: JudgeRequest) -> JudgeReply:

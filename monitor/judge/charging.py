@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from monitor.errors import JudgeRefused
-from monitor.judge.base import Judge, JudgeReply, JudgeRequest
+from monitor.judge.base import Judge, JudgeReply, JudgeRequest, PromptStyle
 
 Charge = Callable[[str, int, float], None]
 """(rubric, tokens, usd) → None."""
@@ -23,6 +23,10 @@ class ChargingJudge:
     @property
     def model(self) -> str:
         return self.inner.model
+
+    @property
+    def prompt_style(self) -> PromptStyle:
+        return self.inner.prompt_style
 
     async def complete(self, request: JudgeRequest) -> JudgeReply:
         try:

@@ -153,39 +153,6 @@ def terse_schema(schema: Any) -> Any:
     return terse
 
 
-def _applicability(schema: Any) -> bool:
-    """An ``{"applicable", "score"}`` verdict object (weighted rubrics, once its reason is dropped)."""
-    return (isinstance(schema, dict) and schema.get("type") == "object"
-            and set(schema.get("properties") or {}) == {"applicable", "score"})
-
-
-def collapse_applicability(schema: Any) -> Any:
-    """A copy of ``schema`` where each ``{"applicable", "score"}`` object is its score alone, null meaning not
-    applicable: ``"policy_enforcement":4`` is a third of ``"policy_enforcement":{"applicable":true,"score":4}``."""
-    if isinstance(schema, list):
-        return [collapse_applicability(item) for item in schema]
-    if not isinstance(schema, dict):
-        return schema
-    if _applicability(schema):
-        properties = schema["properties"]
-        always = properties["applicable"].get("enum") == [True]
-        score = {k: v for k, v in properties["score"].items() if k != "type"}
-        return {**score, "type": "integer" if always else ["integer", "null"]}
-    return {key: collapse_applicability(value) for key, value in schema.items()}
-
-
-def expand_applicability(schema: Any, value: Any) -> Any:
-    """The reply to the collapsed schema in the shape ``schema`` asked for (the inverse of the collapse)."""
-    if _applicability(schema):
-        if isinstance(value, dict):
-            return value
-        return {"applicable": value is not None, "score": value}
-    if isinstance(schema, dict) and isinstance(value, dict):
-        properties = schema.get("properties") or {}
-        return {key: expand_applicability(properties.get(key), item) for key, item in value.items()}
-    return value
-
-
 def reply_token_cap(schema: Any) -> int | None:
     """The most tokens a reply of ``schema`` needs, or None when the schema is unbounded (an array, free text)."""
     if not isinstance(schema, dict):
@@ -207,8 +174,9 @@ def reply_token_cap(schema: Any) -> int | None:
 class LocalJudge(OpenAIJudge):
     """``OpenAIJudge`` pointed at the embedded server; the server lives and dies with the judge.
 
-    Its job is kept small: the reply schema loses its explanation fields and the reply budget is capped at what
-    the remaining fields can take, so a verdict is tens of tokens instead of hundreds."""
+    Its job is kept small. Its prompt style is ``terse`` (evaluators with a terse prompt send it: the weighted
+    rubric's is a third of the full prompt and its reply six characters for six dimensions). Any other reply schema
+    loses its explanation fields and its budget is capped at what the remaining fields can take."""
 
     def __init__(self, settings: JudgeSettings, metrics: MonitorMetrics) -> None:
         self._local_server = LocalModelServer(settings.local)
@@ -218,23 +186,15 @@ class LocalJudge(OpenAIJudge):
             "api_key": SecretStr("unused"),
         })
         super().__init__(endpoint, metrics)
+        self.prompt_style = "terse"
 
     async def complete(self, request: JudgeRequest) -> JudgeReply:
-        terse = terse_schema(request.schema)
-        schema = collapse_applicability(terse)
+        schema = terse_schema(request.schema)
         cap = reply_token_cap(schema)
         budget = request.max_output_tokens
         if cap is not None:
             budget = min(budget, cap) if budget is not None else cap
-        reply = await super().complete(replace(request, schema=schema, max_output_tokens=budget))
-        if schema == terse:
-            return reply
-        try:
-            value = json.loads(reply.text)
-        except ValueError:
-            return reply  # the evaluator says what is wrong with it
-        # The evaluator reads the shape it asked for; the audit trail keeps that shape too.
-        return replace(reply, text=json.dumps(expand_applicability(terse, value), ensure_ascii=False))
+        return await super().complete(replace(request, schema=schema, max_output_tokens=budget))
 
     def _build_call(self, request: JudgeRequest, model: str, state: _ModelState) -> _Call:
         call = super()._build_call(request, model, state)

@@ -72,7 +72,7 @@ from monitor.errors import (
     JudgeTimeout,
     JudgeUnavailable,
 )
-from monitor.judge.base import JudgeReply, JudgeRequest, ResponseMode
+from monitor.judge.base import JudgeReply, JudgeRequest, PromptStyle, ResponseMode
 from monitor.judge.limiter import AdaptiveRequestRate, Permit, RateLimiter
 from monitor.metrics import MonitorMetrics
 from monitor.settings import JudgeSettings, read_secret
@@ -260,6 +260,7 @@ class OpenAIJudge:
         azure_credential: Any | None = None,
     ) -> None:
         self.model = settings.model
+        self.prompt_style: PromptStyle = "full"
         self._settings = settings
         self._metrics = metrics
         self._owned_credential: DefaultAzureCredential | None = None

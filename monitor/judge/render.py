@@ -15,6 +15,11 @@ enough, so the judge sees as much as possible:
 
 Every cut is marked where it happened (``[... N chars cut ...]`` or ``<omitted>``) and ``truncated`` is True,
 so a verdict on a partial view can be flagged. Turn indices are the conversation's own, gaps included.
+
+Two markups share these steps: ``TAGGED`` (a tag around every turn, tool call and result, with ids and indices)
+for every judge, and ``TERSE`` for a small model on a CPU, where each prompt token costs tens of milliseconds:
+one ``role: text`` line per turn, calls and results in brackets, no tool definitions (the calls name the tools).
+Both keep the ``<conversation>`` block and its escaping.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ import json
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, Protocol
 
 from monitor.models import Conversation, Message, Part
 
@@ -70,6 +75,13 @@ def _dumps(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True)
 
 
+def _dumps_compact(value: Any) -> str:
+    """JSON without the spaces after separators: a tenth fewer tokens in tool arguments and results."""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+
+
 def cut_middle(text: str, max_chars: int | None) -> tuple[str, bool]:
     """Keep the head and the tail (errors and conclusions tend to sit at the end) with a marker between."""
     if max_chars is None or len(text) <= max_chars:
@@ -78,6 +90,106 @@ def cut_middle(text: str, max_chars: int | None) -> tuple[str, bool]:
     tail = max_chars - head
     marker = f" [... {len(text) - max_chars} chars cut ...] "
     return text[:head] + marker + (text[len(text) - tail:] if tail else ""), True
+
+
+class Markup(Protocol):
+    """How a transcript is marked up. Contents arrive escaped; names, ids and roles arrive raw, for the markup to
+    escape as it places them."""
+
+    def dumps(self, value: Any) -> str: ...
+    def open(self, agent: str) -> str: ...
+    def truncated_note(self) -> str: ...
+    def system(self, instructions: str) -> str: ...
+    def tools(self, definitions: str, parameters_omitted: bool) -> str | None: ...
+    def turn(self, index: int, role: str, body: list[str]) -> str: ...
+    def tool_call(self, call_id: str, name: str, arguments: str) -> str: ...
+    def tool_result(self, call_id: str, result: str) -> str: ...
+    def reasoning(self, text: str) -> str: ...
+    def part(self, kind: str, data: str) -> str: ...
+    def omission(self, span: str, count: int, tool_calls: int, note: str) -> str: ...
+
+
+CLOSING = "</conversation>"
+
+
+class TaggedMarkup:
+    """Tags with ids and turn indices: what a capable judge reads best, and what turn-level prompts point into."""
+
+    def dumps(self, value: Any) -> str:
+        return _dumps(value)
+
+    def open(self, agent: str) -> str:
+        return f'<conversation agent="{_attr(agent)}">'
+
+    def truncated_note(self) -> str:
+        return ("<note>Some values of this conversation were truncated by the trace store; judge only what is "
+                "shown.</note>")
+
+    def system(self, instructions: str) -> str:
+        return f"<system_instructions>\n{instructions}\n</system_instructions>"
+
+    def tools(self, definitions: str, parameters_omitted: bool) -> str | None:
+        omitted = ' parameters="omitted"' if parameters_omitted else ""
+        return f"<tool_definitions{omitted}>\n{definitions}\n</tool_definitions>"
+
+    def turn(self, index: int, role: str, body: list[str]) -> str:
+        return f'<turn index="{index}" role="{_attr(role)}">\n' + "\n".join(body) + "\n</turn>"
+
+    def tool_call(self, call_id: str, name: str, arguments: str) -> str:
+        return f'<tool_call id="{_attr(call_id)}" name="{_attr(name)}">{arguments}</tool_call>'
+
+    def tool_result(self, call_id: str, result: str) -> str:
+        return f'<tool_result id="{_attr(call_id)}">{result}</tool_result>'
+
+    def reasoning(self, text: str) -> str:
+        return f"<reasoning>{text}</reasoning>"
+
+    def part(self, kind: str, data: str) -> str:
+        return f'<part type="{_attr(kind)}">{data}</part>'
+
+    def omission(self, span: str, count: int, tool_calls: int, note: str) -> str:
+        return f'<omitted turns="{span}" count="{count}" tool_calls="{tool_calls}">{note}</omitted>'
+
+
+class TerseMarkup:
+    """One line per turn: about half the tokens of ``TaggedMarkup`` for a short conversation."""
+
+    def dumps(self, value: Any) -> str:
+        return _dumps_compact(value)
+
+    def open(self, agent: str) -> str:
+        return "<conversation>"
+
+    def truncated_note(self) -> str:
+        return "(some values were truncated by the trace store)"
+
+    def system(self, instructions: str) -> str:
+        return f"system: {instructions}"
+
+    def tools(self, definitions: str, parameters_omitted: bool) -> str | None:
+        return None
+
+    def turn(self, index: int, role: str, body: list[str]) -> str:
+        return f"{escape_data(role)}: " + "\n".join(body)
+
+    def tool_call(self, call_id: str, name: str, arguments: str) -> str:
+        return f"[call {escape_data(name)} {arguments}]"
+
+    def tool_result(self, call_id: str, result: str) -> str:
+        return f"[result {result}]"
+
+    def reasoning(self, text: str) -> str:
+        return f"[thinking {text}]"
+
+    def part(self, kind: str, data: str) -> str:
+        return f"[{escape_data(kind)} {data}]"
+
+    def omission(self, span: str, count: int, tool_calls: int, note: str) -> str:
+        return f"[{note}]"
+
+
+MarkupName = Literal["tagged", "terse"]
+MARKUPS: dict[MarkupName, Markup] = {"tagged": TaggedMarkup(), "terse": TerseMarkup()}
 
 
 @dataclass
@@ -93,12 +205,13 @@ class _Block:
     index: int
     message: Message
     limits: _Limits
+    markup: Markup
     text: str = ""
     cuts: int = 0
     tokens: int = 0
 
     def render(self) -> _Block:
-        self.text, self.cuts = _render_message(self.index, self.message, self.limits)
+        self.text, self.cuts = _render_message(self.index, self.message, self.limits, self.markup)
         self.tokens = estimate_tokens(self.text) + 1
         return self
 
@@ -108,7 +221,7 @@ def _render_part_text(content: str, limits: _Limits) -> tuple[str, int]:
     return escape_data(text), int(cut)
 
 
-def _render_message(index: int, message: Message, limits: _Limits) -> tuple[str, int]:
+def _render_message(index: int, message: Message, limits: _Limits, markup: Markup) -> tuple[str, int]:
     body: list[str] = []
     cuts = 0
     for part in message.parts:
@@ -116,25 +229,23 @@ def _render_message(index: int, message: Message, limits: _Limits) -> tuple[str,
             text, cut = _render_part_text(part.content, limits)
             body.append(text)
         elif part.type == "tool_call":
-            arguments, cut_flag = cut_middle(_dumps(part.arguments), limits.text_chars)
+            arguments, cut_flag = cut_middle(markup.dumps(part.arguments), limits.text_chars)
             cut = int(cut_flag)
-            body.append(f'<tool_call id="{_attr(part.id or "")}" name="{_attr(part.name or "")}">'
-                        f"{escape_data(arguments)}</tool_call>")
+            body.append(markup.tool_call(part.id or "", part.name or "", escape_data(arguments)))
         elif part.type == "tool_call_response":
             cap = min(limits.tool_result_chars, limits.text_chars or limits.tool_result_chars)
-            result, cut_flag = cut_middle(_dumps(part.response), cap)
+            result, cut_flag = cut_middle(markup.dumps(part.response), cap)
             cut = int(cut_flag)
-            body.append(f'<tool_result id="{_attr(part.id or "")}">{escape_data(result)}</tool_result>')
+            body.append(markup.tool_result(part.id or "", escape_data(result)))
         elif part.type == "reasoning" and part.content:
             text, cut = _render_part_text(part.content, limits)
-            body.append(f"<reasoning>{text}</reasoning>")
+            body.append(markup.reasoning(text))
         else:
-            data, cut_flag = cut_middle(_dumps(part.data), limits.text_chars)
+            data, cut_flag = cut_middle(markup.dumps(part.data), limits.text_chars)
             cut = int(cut_flag)
-            body.append(f'<part type="{_attr(part.type)}">{escape_data(data)}</part>')
+            body.append(markup.part(part.type, escape_data(data)))
         cuts += cut
-    text = f'<turn index="{index}" role="{_attr(message.role)}">\n' + "\n".join(body) + "\n</turn>"
-    return text, cuts
+    return markup.turn(index, message.role, body), cuts
 
 
 @dataclass
@@ -143,34 +254,36 @@ class _Head:
     cuts: int = 0
 
 
-def _render_head(conversation: Conversation, budget_tokens: int) -> _Head:
-    head = _Head([f'<conversation agent="{_attr(conversation.agent)}">'])
+def _render_head(conversation: Conversation, budget_tokens: int, markup: Markup) -> _Head:
+    head = _Head([markup.open(conversation.agent)])
     if conversation.truncated:
-        head.lines.append("<note>Some values of this conversation were truncated by the trace store; judge "
-                          "only what is shown.</note>")
+        head.lines.append(markup.truncated_note())
     budget_chars = budget_tokens * 4
     if conversation.system_instructions:
         instructions, cut = cut_middle(conversation.system_instructions, budget_chars // _HEAD_SHARE)
         head.cuts += int(cut)
-        head.lines.append(f"<system_instructions>\n{escape_data(instructions)}\n</system_instructions>")
+        head.lines.append(markup.system(escape_data(instructions)))
     if conversation.tool_definitions:
-        head.lines.append(_render_tools(conversation, budget_chars // (2 * _HEAD_SHARE), head))
+        tools = _render_tools(conversation, budget_chars // (2 * _HEAD_SHARE), head, markup)
+        if tools is not None:
+            head.lines.append(tools)
     return head
 
 
-def _render_tools(conversation: Conversation, max_chars: int, head: _Head) -> str:
+def _render_tools(conversation: Conversation, max_chars: int, head: _Head, markup: Markup) -> str | None:
     tools = [t.model_dump(exclude_none=True) for t in conversation.tool_definitions]
     full = _dumps(tools)
     if len(full) <= max_chars:
-        return f"<tool_definitions>\n{escape_data(full)}\n</tool_definitions>"
+        return markup.tools(escape_data(full), parameters_omitted=False)
     # Names and descriptions tell the judge what the agent could do; parameter schemas are the first to go.
-    head.cuts += 1
     brief = _dumps([{k: v for k, v in t.items() if k in ("name", "description")} for t in tools])
     brief, _ = cut_middle(brief, max_chars)
-    return f'<tool_definitions parameters="omitted">\n{escape_data(brief)}\n</tool_definitions>'
+    rendered = markup.tools(escape_data(brief), parameters_omitted=True)
+    head.cuts += rendered is not None
+    return rendered
 
 
-def _omission(blocks: Sequence[_Block]) -> str:
+def _omission(blocks: Sequence[_Block], markup: Markup) -> str:
     calls = Counter(p.name or "?" for b in blocks for p in b.message.parts if p.type == "tool_call")
     first, last = blocks[0].index, blocks[-1].index
     span = f"{first}" if first == last else f"{first}-{last}"
@@ -180,8 +293,7 @@ def _omission(blocks: Sequence[_Block]) -> str:
         listed = ", ".join(f"{name} x{count}" for name, count in calls.most_common(_TOOL_NAMES_LISTED))
         more = "" if len(calls) <= _TOOL_NAMES_LISTED else f" and {len(calls) - _TOOL_NAMES_LISTED} more"
         note += f"; tools called in them: {listed}{more}"
-    return (f'<omitted turns="{span}" count="{len(blocks)}" tool_calls="{sum(calls.values())}">'
-            f"{escape_data(note)}</omitted>")
+    return markup.omission(span, len(blocks), sum(calls.values()), escape_data(note))
 
 
 def _select(blocks: list[_Block], pinned: set[int], available: int) -> list[_Block]:
@@ -198,7 +310,7 @@ def _select(blocks: list[_Block], pinned: set[int], available: int) -> list[_Blo
     return [b for b in blocks if b.index in kept]
 
 
-def _body(blocks: list[_Block], kept: list[_Block]) -> tuple[list[str], int]:
+def _body(blocks: list[_Block], kept: list[_Block], markup: Markup) -> tuple[list[str], int]:
     """The kept blocks' text with an ``<omitted>`` element for each run of left-out blocks between them."""
     kept_indices = {b.index for b in kept}
     lines: list[str] = []
@@ -207,14 +319,14 @@ def _body(blocks: list[_Block], kept: list[_Block]) -> tuple[list[str], int]:
     for block in blocks:
         if block.index in kept_indices:
             if run:
-                lines.append(_omission(run))
+                lines.append(_omission(run, markup))
                 omitted += len(run)
                 run = []
             lines.append(block.text)
         else:
             run.append(block)
     if run:
-        lines.append(_omission(run))
+        lines.append(_omission(run, markup))
         omitted += len(run)
     return lines, omitted
 
@@ -246,14 +358,15 @@ def render_conversation(
     budget_tokens: int = 12_000,
     tool_result_max_chars: int = 2_000,
     upto: int | None = None,
+    markup: MarkupName = "tagged",
 ) -> RenderedConversation:
     """Render ``conversation`` (its messages up to and including index ``upto``, when given) within about
     ``budget_tokens`` tokens; see the module docstring for what is kept and how cuts are marked."""
     messages = conversation.messages if upto is None else conversation.messages[: upto + 1]
-    head = _render_head(conversation, budget_tokens)
-    closing = "</conversation>"
-    blocks = [_Block(i, m, _Limits(tool_result_max_chars)).render() for i, m in enumerate(messages)]
-    available = budget_tokens - estimate_tokens("\n".join([*head.lines, closing]))
+    marks = MARKUPS[markup]
+    head = _render_head(conversation, budget_tokens, marks)
+    blocks = [_Block(i, m, _Limits(tool_result_max_chars), marks).render() for i, m in enumerate(messages)]
+    available = budget_tokens - estimate_tokens("\n".join([*head.lines, CLOSING]))
 
     if sum(b.tokens for b in blocks) > available:
         for block in blocks[: max(0, len(blocks) - _LATEST_TURNS_KEPT_WHOLE)]:
@@ -270,8 +383,8 @@ def render_conversation(
         while sum(b.tokens for b in kept) > room and _shrink_longest(kept):
             pass
 
-    lines, omitted = _body(blocks, kept)
-    text = "\n".join([*head.lines, *lines, closing])
+    lines, omitted = _body(blocks, kept, marks)
+    text = "\n".join([*head.lines, *lines, CLOSING])
     cuts = head.cuts + sum(b.cuts for b in kept)
     return RenderedConversation(
         text=text,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from monitor.judge.base import JudgeReply, JudgeRequest
+from monitor.judge.base import JudgeReply, JudgeRequest, PromptStyle
 
 Script = Callable[[JudgeRequest], str]
 
@@ -12,8 +12,9 @@ Script = Callable[[JudgeRequest], str]
 class ScriptedJudge:
     """Answers every request with ``script(request)``; records requests in ``requests``."""
 
-    def __init__(self, script: Script, model: str = "scripted") -> None:
+    def __init__(self, script: Script, model: str = "scripted", prompt_style: PromptStyle = "full") -> None:
         self.model = model
+        self.prompt_style: PromptStyle = prompt_style
         self._script = script
         self.requests: list[JudgeRequest] = []
         self.invalid_replies = 0
