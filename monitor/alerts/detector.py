@@ -288,14 +288,14 @@ class _Cycle:
             significant = q <= settings.fdr_q and verdict.test.effect <= -settings.min_effect_pass_rate
             verdict.status = "regression" if significant else "ok"
         q_values = iter(adjusted[len(pass_rate_p):])
-        fdr_q, min_effect = settings.fdr_q, -settings.min_effect_dimension
+        fdr_q, dropped_by = settings.fdr_q, -settings.min_effect_dimension  # a regression's effect is at most this
         for verdict, test, baseline, judged in zip(self.tested, tests, baseline_means, self.judged, strict=True):
             verdict.test = test
             verdict.baseline_value = baseline
             verdict.current_value = baseline + test.effect
             if judged:
                 verdict.q_value = q = next(q_values)
-                verdict.status = "regression" if q <= fdr_q and test.effect <= min_effect else "ok"
+                verdict.status = "regression" if q <= fdr_q and test.effect <= dropped_by else "ok"
         for pass_rate, dimensions in self.attributions:
             pass_rate.attribution = _attribution(dimensions)
 
