@@ -1,7 +1,8 @@
 """Regression alerts: detection delay and false alerts against a fixed-threshold rule, and detector time per cycle.
 
-    python benchmarks/bench_alerts.py            # prints the Markdown tables of BENCHMARKS.md
-    python benchmarks/bench_alerts.py --quick    # fewer runs
+    python benchmarks/bench_alerts.py                    # prints the Markdown tables of BENCHMARKS.md
+    python benchmarks/bench_alerts.py --quick            # fewer runs
+    python benchmarks/bench_alerts.py --cycle --before main   # only the cycle, this code and main's side by side
 
 Streams are simulated minute by minute: a constant traffic (evaluations per hour), a pass rate of 0.90 for 8 days,
 then a drop of 5, 10 or 20 points. Every minute (the daemon's default cycle) the detector runs at its default
@@ -14,21 +15,31 @@ evaluated once, with no persistence (the worst case for both).
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import random
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    # BENCH_ALERTS_CODE: another checkout of the package (the "before" of a side-by-side run).
+    sys.path.insert(0, os.environ.get("BENCH_ALERTS_CODE", str(Path(__file__).resolve().parents[1])))
 
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, generate_latest
 
 from monitor.alerts.detector import Counts, DetectorSettings, JudgeConfig, SeriesCounts, detect
 from monitor.alerts.lifecycle import AlertState, step
 from monitor.alerts.metrics import AlertMetrics
 
+REPO = Path(__file__).resolve().parents[1]
+STORE_NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC).timestamp()
+"""The cycle's time in the store it reads (fixed, so that a filled --store-url serves every run)."""
 CONFIG = JudgeConfig("v1", "gpt-4.1", "1")
 DEFAULTS = DetectorSettings()
 BEFORE = 0.90
@@ -124,10 +135,64 @@ def calibration() -> float:
     return time.process_time() - started
 
 
-def cycle_time(rubrics: int = 100, agents: int = 20, dimensions: int = 10, repeat: int = 3
-               ) -> tuple[dict[str, float], int]:
-    """CPU seconds (process time: other load on a shared machine does not count) of one cycle's detection (2
-    windows), lifecycle step and metrics publication; and the number of tests run."""
+def fill_store(url: str, rubrics: int, agents: int, dimensions: int, now: float) -> Any:
+    """A store where every (rubric, agent) has results on both sides of both windows (1h, 24h, 7-day baselines):
+    five results in each of the four periods the windows cut (scores 1 to 5 on every dimension), 20 results and
+    200 dimension scores per series. The least data with every row a cycle reads: the read's cost in the daemon
+    is per row returned (series x dimensions), the database's per result scanned."""
+    from sqlalchemy import func, insert, select
+
+    from monitor.alerts.store import AlertStore
+    from monitor.store.sql import SqlStore, dimensions_table, results_table
+
+    store = SqlStore(url)
+    with store.transaction() as conn:
+        held = conn.execute(select(func.count()).select_from(results_table)).scalar_one()
+    if held == rubrics * agents * 20:
+        return AlertStore(store)  # filled by an earlier run (--store-url): the same rows
+    if held:
+        raise SystemExit(f"{url}: holds {held} results that this benchmark did not write; give it an empty database")
+    hour = 3600.0
+    periods = (now - 1800, now - 12 * hour, now - 4 * 24 * hour, now - 7 * 24 * hour - 12 * hour)
+    results, scores = [], []
+    number = 0
+    for r in range(rubrics):
+        for a in range(agents):
+            for at in periods:
+                for k in range(5):
+                    number += 1
+                    results.append({
+                        "id": number, "conversation_id": f"c{number}", "rubric": f"rubric-{r}", "rubric_version": "1",
+                        "turn_key": -1, "revision": 0, "current": True, "agent": f"agent-{a}",
+                        "outcome": "pass" if k else "fail", "score": 0.2 * k, "evaluated_ts": at + k,
+                        "payload": "{}", "judge_model": "gpt-4.1", "prompt_version": "1", "agent_version": None,
+                        "unscored_reason": None})
+                    scores += [{"result_id": number, "dimension": f"d{d}", "rubric": f"rubric-{r}",
+                                "rubric_version": "1", "agent": f"agent-{a}", "score": 1 + (k + d) % 5,
+                                "current": True, "evaluated_ts": at + k} for d in range(dimensions)]
+    with store.transaction() as conn:
+        for start in range(0, len(results), 5000):
+            conn.execute(insert(results_table), results[start:start + 5000])
+        for start in range(0, len(scores), 50000):
+            conn.execute(insert(dimensions_table), scores[start:start + 50000])
+    return AlertStore(store)
+
+
+def read_windows(store: Any, now: float) -> list[tuple[str, list[SeriesCounts]]]:
+    """The windows as the service reads them (one query for all windows; before it, two queries per window)."""
+    at = datetime.fromtimestamp(now, UTC)
+    plan = (("1h", 3600.0), ("24h", 86400.0))
+    if hasattr(store, "window_counts"):
+        found: list[tuple[str, list[SeriesCounts]]] = store.window_counts(plan, 7 * 86400.0, at)
+        return found
+    return [(name, store.counts(seconds, 7 * 86400.0, at)) for name, seconds in plan]
+
+
+def cycle_time(rubrics: int = 100, agents: int = 20, dimensions: int = 10, repeat: int = 3,
+               store_url: str | None = None) -> tuple[dict[str, float], int, int, int]:
+    """CPU seconds (process time: other load on a shared machine does not count) of one cycle: reading the
+    windows from a store, detection (2 windows), lifecycle step and metrics publication, and of one scrape of
+    the regression families; the number of tests run, of detector series exported and of series read."""
     rng = random.Random(1)
     names = [f"d{i}" for i in range(dimensions)]
 
@@ -142,32 +207,115 @@ def cycle_time(rubrics: int = 100, agents: int = 20, dimensions: int = 10, repea
                                counts(40 * scale, 0.9 - 0.2 * (rng.random() < 0.01)), counts(40 * 24 * 7, 0.9))
                   for r in range(rubrics) for a in range(agents)]
         windows.append((name, series))
-    metrics = AlertMetrics(CollectorRegistry())
-    states: dict[str, AlertState] = {}
-    best = {"detect": float("inf"), "lifecycle": float("inf"), "metrics": float("inf")}
-    tests = 0
-    for _ in range(repeat):
-        started = time.process_time()
-        detection = detect(windows, DEFAULTS)
-        detected = time.process_time()
-        changed, _ = step(states, detection.by_key(), 0.0, 600.0, 14400.0)
-        stepped = time.process_time()
-        metrics.publish(detection, {**states, **changed})
-        published = time.process_time()
-        for name, seconds in (("detect", detected - started), ("lifecycle", stepped - detected),
-                              ("metrics", published - stepped)):
-            best[name] = min(best[name], seconds)
-        tests = sum(v.test is not None for v in detection.verdicts)
-    return best, tests
+    now = STORE_NOW
+    with tempfile.TemporaryDirectory() as folder:
+        store = fill_store(store_url or f"sqlite:///{folder}/results.db", rubrics, agents, dimensions, now)
+        registry = CollectorRegistry()
+        metrics = AlertMetrics(registry)
+        exposition = None
+        try:
+            from monitor.exposition import Exposition
+            from monitor.quality import QualityMetrics
+
+            if hasattr(metrics, "rendered"):  # prepared once per cycle: a scrape serves the bytes
+                exposition = Exposition(CollectorRegistry(), QualityMetrics([], 1), metrics)
+        except ImportError:
+            pass
+        states: dict[str, AlertState] = {}
+        best = dict.fromkeys(("read", "detect", "lifecycle", "metrics", "scrape"), float("inf"))
+        tests = exported = read = 0
+        for _ in range(repeat):
+            started = time.process_time()
+            found = read_windows(store, now)
+            was_read = time.process_time()
+            detection = detect(windows, DEFAULTS)
+            detected = time.process_time()
+            changed, _ = step(states, detection.by_key(), 0.0, 600.0, 14400.0)
+            stepped = time.process_time()
+            metrics.publish(detection, {**states, **changed})
+            published = time.process_time()
+            body = exposition.scrape().body if exposition is not None else generate_latest(registry)
+            scraped = time.process_time()
+            for phase, seconds in (("read", was_read - started), ("detect", detected - was_read),
+                                   ("lifecycle", stepped - detected), ("metrics", published - stepped),
+                                   ("scrape", scraped - published)):
+                best[phase] = min(best[phase], seconds)
+            tests = sum(v.test is not None for v in detection.verdicts)
+            exported = sum(1 for line in body.splitlines() if line and not line.startswith(b"#")
+                           and line.startswith(b"rubric_monitor_") and not line.startswith(b"rubric_monitor_notif"))
+            read = sum(len(series) for _, series in found)
+    return best, tests, exported, read
+
+
+def side_by_side(before: str, rounds: int, store_url: str | None) -> list[tuple[str, dict[str, Any]]]:
+    """The cycle of ``before`` (a git revision: its ``monitor`` package) and of this checkout, in alternating
+    subprocesses, ``rounds`` each (best of each phase kept)."""
+    runs: list[tuple[str, dict[str, Any]]] = []
+    with tempfile.TemporaryDirectory() as folder:
+        archive = subprocess.run(["git", "-C", str(REPO), "archive", before, "monitor"], check=True,
+                                 capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", folder], input=archive, check=True)
+        best: dict[str, dict[str, Any]] = {}
+        for _ in range(rounds):
+            for label, code in ((before, folder), ("this checkout", str(REPO))):
+                command = [sys.executable, str(Path(__file__).resolve()), "--cycle-json"]
+                if store_url:
+                    command += ["--store-url", store_url]
+                out = subprocess.run(command, env={**os.environ, "BENCH_ALERTS_CODE": code}, check=True,
+                                     capture_output=True, text=True).stdout
+                result = json.loads(out)
+                held = best.setdefault(label, result)
+                for phase, seconds in result["seconds"].items():
+                    held["seconds"][phase] = min(held["seconds"][phase], seconds)
+        runs = list(best.items())
+    return runs
+
+
+def cycle_table(runs: list[tuple[str, dict[str, Any]]]) -> None:
+    print("| code | read windows | detection | lifecycle | metrics | cycle total | one scrape of the detector's "
+          "families | series exported | tests |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for label, result in runs:
+        ms = {k: v * 1000 for k, v in result["seconds"].items()}
+        total = ms["read"] + ms["detect"] + ms["lifecycle"] + ms["metrics"]
+        print(f"| {label} | {ms['read']:,.0f} ms | {ms['detect']:,.0f} ms | {ms['lifecycle']:,.0f} ms | "
+              f"{ms['metrics']:,.0f} ms | **{total:,.0f} ms** | {ms['scrape']:,.0f} ms | {result['exported']:,} | "
+              f"{result['tests']:,} |")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="fewer runs")
+    parser.add_argument("--cycle", action="store_true", help="only the detector's time per cycle")
+    parser.add_argument("--before", metavar="REV", help="with --cycle: also the cycle of this git revision, "
+                        "alternating with this checkout's")
+    parser.add_argument("--rounds", type=int, default=3, help="with --before: runs of each (best kept)")
+    parser.add_argument("--store-url", help="the store to read the windows from (default: a new SQLite file)")
+    parser.add_argument("--cycle-json", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    runs = 5 if args.quick else 20
-    noise_windows = 1000
+    if args.cycle_json:
+        seconds, tests, exported, read = cycle_time(store_url=args.store_url)
+        print(json.dumps({"seconds": seconds, "tests": tests, "exported": exported, "read": read}))
+        return 0
+    if not args.cycle:
+        delays_and_false_alerts(5 if args.quick else 20)
+        print()
+    speed = calibration()
+    if args.before:
+        runs = side_by_side(args.before, args.rounds, args.store_url)
+    else:
+        seconds, tests, exported, read = cycle_time(store_url=args.store_url)
+        runs = [("this checkout", {"seconds": seconds, "tests": tests, "exported": exported, "read": read})]
+    runs_of_each = f"{args.rounds} rounds of 3 cycles" if args.before else "3 cycles"
+    print(f"Cycle at 100 rubrics x 20 agents x 10 dimensions, 2 windows, CPU time (best of {runs_of_each}; a loop "
+          f"of 10M additions takes {speed:.2f} s of CPU on this machine):")
+    print()
+    cycle_table(runs)
+    return 0
 
+
+def delays_and_false_alerts(runs: int) -> None:
+    noise_windows = 1000
     print("| traffic | drop | detector: median delay (evaluations) | detected | threshold < 0.8: median delay | "
           "detected |")
     print("|---|---|---|---|---|---|")
@@ -186,15 +334,6 @@ def main() -> int:
     for per_hour in (20, 60, 600):
         detector, threshold = false_alerts(per_hour, noise_windows, seed=per_hour)
         print(f"| {per_hour}/h | {noise_windows} | {detector} | {threshold} |")
-    print()
-    speed = calibration()
-    seconds, tests = cycle_time()
-    total = sum(seconds.values())
-    print(f"Cycle at 100 rubrics x 20 agents x 10 dimensions, 2 windows, {tests} tests, CPU time: detection "
-          f"{seconds['detect'] * 1000:.0f} ms, lifecycle {seconds['lifecycle'] * 1000:.0f} ms, metrics "
-          f"{seconds['metrics'] * 1000:.0f} ms, total {total * 1000:.0f} ms (a loop of 10M additions takes "
-          f"{speed:.2f} s of CPU on this machine).")
-    return 0
 
 
 if __name__ == "__main__":

@@ -441,6 +441,13 @@ def _judge_problem(judge: Judge) -> str | None:
     return problem
 
 
+def exposition(monitor: Monitor) -> Exposition:
+    """``/metrics``: the registry, with the quality families and the regression detector's as prepared per cycle."""
+    if monitor.alerts is None:
+        return Exposition(monitor.registry, monitor.metrics.quality)
+    return Exposition(monitor.registry, monitor.metrics.quality, monitor.alerts.metrics)
+
+
 def readiness_problem(monitor: Monitor) -> str | None:
     """Why this replica cannot do its work now (``/readyz``): the store does not answer, or the source's last read
     failed."""
@@ -470,7 +477,7 @@ def run_daemon(settings: Settings, once: bool = False, results_command: str = "r
         return 0
     try:
         server = MonitorHTTPServer(settings.metrics.host, settings.metrics.port,
-                                   Exposition(monitor.registry, monitor.metrics.quality), monitor.health,
+                                   exposition(monitor), monitor.health,
                                    lambda: readiness_problem(monitor))
     except OSError as exc:
         monitor.close()

@@ -1,6 +1,6 @@
-"""What ``/metrics`` serves: the daemon's own metrics rendered per scrape, plus the quality families as rendered at
-the end of the last cycle. A scrape costs the daemon's own series (some hundreds) plus writing the prepared bytes as
-they are (never joined nor copied), and never reads the store.
+"""What ``/metrics`` serves: the daemon's own metrics rendered per scrape, plus the families prepared at the end of
+the last cycle (the quality families, the regression detector's). A scrape costs the daemon's own series (some
+hundreds) plus writing the prepared bytes as they are (never joined nor copied), and never reads the store.
 
 The format follows the scraper's ``Accept`` header: OpenMetrics (with exemplars on the quality counters) when it
 asks for ``application/openmetrics-text``, else the Prometheus text format. With ``Accept-Encoding: gzip`` the
@@ -14,17 +14,29 @@ import functools
 import gzip
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.metrics_core import Metric
 from prometheus_client.openmetrics import exposition as openmetrics
 
-from monitor.quality import GZIP_LEVEL, QUALITY_FAMILIES, SCRAPE_IN_PROGRESS, QualityMetrics
+from monitor.quality import GZIP_LEVEL, SCRAPE_IN_PROGRESS, Rendered
 
 _EOF = b"# EOF\n"
 _EOF_GZIP = gzip.compress(_EOF)
-_QUALITY_NAMES = frozenset(spec.base for spec in QUALITY_FAMILIES)
+
+
+class Prepared(Protocol):
+    """Families rendered once per cycle (``monitor.quality.QualityMetrics``, ``monitor.alerts.metrics``)."""
+
+    @property
+    def rendered(self) -> Rendered: ...
+
+    @property
+    def family_names(self) -> frozenset[str]:
+        """Their names as the registry collects them (counters without ``_total``)."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -40,10 +52,11 @@ class Scrape:
 
 
 class _Live:
-    """The registry without the quality families (they are served pre-rendered)."""
+    """The registry without the prepared families (they are served pre-rendered)."""
 
-    def __init__(self, registry: CollectorRegistry) -> None:
+    def __init__(self, registry: CollectorRegistry, prepared: frozenset[str]) -> None:
         self._registry = registry
+        self._prepared = prepared
 
     def collect(self) -> Iterable[Metric]:
         SCRAPE_IN_PROGRESS.active = True
@@ -51,31 +64,31 @@ class _Live:
             families = list(self._registry.collect())
         finally:
             SCRAPE_IN_PROGRESS.active = False
-        return (family for family in families if family.name not in _QUALITY_NAMES)
+        return (family for family in families if family.name not in self._prepared)
 
 
 class Exposition:
-    def __init__(self, registry: CollectorRegistry, quality: QualityMetrics) -> None:
-        self._live = _Live(registry)
-        self._quality = quality
+    def __init__(self, registry: CollectorRegistry, *prepared: Prepared) -> None:
+        self._live = _Live(registry, frozenset(name for p in prepared for name in p.family_names))
+        self._prepared = prepared
 
     def scrape(self, accept: str = "", accept_encoding: str = "") -> Scrape:
         encoder, content_type = choose_encoder(accept)
         live = _names_unescaped(encoder)(self._live)  # anything with collect() is a registry to it
-        prepared = self._quality.rendered
+        rendered = [p.rendered for p in self._prepared]
         openmetrics = content_type.startswith("application/openmetrics-text")
         gzipped = "gzip" in accept_encoding.lower()
         parts: tuple[bytes, ...]
         if openmetrics:
             live = live.removesuffix(_EOF)
             if gzipped:
-                parts = (gzip.compress(live, GZIP_LEVEL), prepared.openmetrics_gzip, _EOF_GZIP)
+                parts = (gzip.compress(live, GZIP_LEVEL), *(r.openmetrics_gzip for r in rendered), _EOF_GZIP)
             else:
-                parts = (live, prepared.openmetrics, _EOF)
+                parts = (live, *(r.openmetrics for r in rendered), _EOF)
         elif gzipped:
-            parts = (gzip.compress(live, GZIP_LEVEL), prepared.text_gzip)
+            parts = (gzip.compress(live, GZIP_LEVEL), *(r.text_gzip for r in rendered))
         else:
-            parts = (live, prepared.text)
+            parts = (live, *(r.text for r in rendered))
         return Scrape(parts, content_type, "gzip" if gzipped else None)
 
 

@@ -76,6 +76,8 @@ DIMENSION_MEAN = FamilySpec(
     "Mean score (1 to 5) of a dimension over a rolling window.")
 QUALITY_FAMILIES = (EVALUATIONS, SCORE_SUM, DIMENSION_SCORES, DIMENSION_SCORE_SUM, PASS_RATE, SCORED,
                     DIMENSION_MEAN)
+QUALITY_NAMES = frozenset(spec.base for spec in QUALITY_FAMILIES)
+"""As the registry collects them (counters without ``_total``)."""
 
 
 @dataclass(frozen=True)
@@ -104,7 +106,7 @@ class QualityMetrics(Collector):
         """Per counter series, the OpenMetrics exemplar of its latest increment, formatted when counted."""
         self._seeded = False
         self._parsed: list[Metric] | None = None
-        self._renderer = _Renderer()
+        self._renderer = Renderer()
         self.rendered = Rendered()
 
     # counting ----------------------------------------------------------------------------------------------
@@ -213,6 +215,11 @@ class QualityMetrics(Collector):
                     pass_rate[(rubric, version, agent, window.name)] = passed / count
         return [(PASS_RATE, pass_rate), (SCORED, scored), (DIMENSION_MEAN, dimension_mean)]
 
+    @property
+    def family_names(self) -> frozenset[str]:
+        """What the exposition serves from ``rendered`` rather than collects."""
+        return QUALITY_NAMES
+
     def collect(self) -> Iterable[Metric]:
         """The prepared families, for ``registry.get_sample_value`` and ``generate_latest(registry)``: parsed
         from the rendered text on demand. The exposition serves the rendered bytes and skips this."""
@@ -246,7 +253,7 @@ def _number(value: float) -> str:
     return repr(float(value))
 
 
-class _Renderer:
+class Renderer:
     """The Prometheus text format (0.0.4) and OpenMetrics 1.0 of the quality families, written directly: the
     generic client formats a few microseconds per sample, which at 200,000 series is seconds per cycle. Each
     series' name and labels are formatted once and kept (the label sets are bounded: that is the point)."""

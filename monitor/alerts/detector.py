@@ -18,12 +18,14 @@ never a recovery. A series whose results cannot be trusted (too many unscored, j
 
 from __future__ import annotations
 
+import gc
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Literal, NamedTuple
 
-from monitor.alerts.stats import TestResult, benjamini_hochberg, mann_whitney_drop, two_proportion_drop
+from monitor.alerts.stats import TestResult, benjamini_hochberg, mann_whitney_drops, two_proportion_drop
 
 Kind = Literal["pass_rate", "dimension_mean"]
 Baseline = Literal["trailing", "previous_version"]
@@ -213,9 +215,27 @@ def detect(windows: Sequence[tuple[str, Sequence[SeriesCounts]]], settings: Dete
            global_reasons: Iterable[str] = (), rubric_reasons: Mapping[str, Iterable[str]] | None = None) -> Detection:
     """Verdicts for every series of every window; ``global_reasons`` (source behind, judge unavailable) make
     every series ``cannot_judge``, ``rubric_reasons`` (a drifting judge) every series of that rubric."""
-    verdicts: list[Verdict] = []
-    candidates: list[Verdict] = []
-    min_effects: list[float] = []
+    with without_cyclic_gc():
+        return _detect(windows, settings, global_reasons, rubric_reasons)
+
+
+@contextmanager
+def without_cyclic_gc() -> Iterator[None]:
+    """Python's cycle collector paused (reference counting still frees everything): a cycle allocates a few
+    hundred thousand objects, none of them in a reference cycle, and the collector's passes over that growing heap
+    took a third of the detection's time. Re-enabled, if it was, even on an exception."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _detect(windows: Sequence[tuple[str, Sequence[SeriesCounts]]], settings: DetectorSettings,
+            global_reasons: Iterable[str], rubric_reasons: Mapping[str, Iterable[str]] | None) -> Detection:
+    cycle = _Cycle(settings)
     annotations: dict[str, Annotation] = {}
     cannot_judge: dict[tuple[str, str], set[str]] = {}
     shared = set(global_reasons)
@@ -226,27 +246,58 @@ def detect(windows: Sequence[tuple[str, Sequence[SeriesCounts]]], settings: Dete
         for (rubric, agent), items in sorted(grouped.items()):
             reasons = shared | set((rubric_reasons or {}).get(rubric, ())) | _cannot_judge_reasons(items, settings)
             cannot_judge.setdefault((rubric, agent), set()).update(reasons)
-            annotation = _annotation(rubric, agent, items)
+            config = _newest_config(items)
+            annotation = _annotation(rubric, agent, items, config)
             if annotation is not None:
                 annotations[annotation.key] = annotation
-            for verdict, min_effect in _series_tests(window, rubric, agent, items, settings):
-                if reasons:
-                    verdict.status = "cannot_judge"
-                    verdict.reasons = tuple(sorted(reasons))
-                    verdicts.append(verdict)
-                elif verdict.test is not None:
-                    candidates.append(verdict)
-                    min_effects.append(min_effect)
-                    verdicts.append(verdict)
-                else:
-                    verdicts.append(verdict)
-    adjusted = benjamini_hochberg([v.test.p_value for v in candidates if v.test is not None])
-    for verdict, min_effect, q in zip(candidates, min_effects, adjusted, strict=True):
-        assert verdict.test is not None
-        verdict.q_value = q
-        significant = q <= settings.fdr_q and verdict.test.effect <= -min_effect
-        verdict.status = "regression" if significant else "ok"
-    return Detection(verdicts, sorted(annotations.values(), key=lambda a: a.key), cannot_judge)
+            _series_tests(cycle, window, rubric, agent, items, config, tuple(sorted(reasons)))
+    cycle.judge()
+    return Detection(cycle.verdicts, sorted(annotations.values(), key=lambda a: a.key), cannot_judge)
+
+
+class _Cycle:
+    """The verdicts of one detection as they are made, and what is left to compute once they all are: the
+    Mann-Whitney tests (run together: ``mann_whitney_drops`` runs tens of thousands as arrays), the attribution of
+    pass-rate verdicts (from their dimensions' results), and the false discovery control over every test."""
+
+    def __init__(self, settings: DetectorSettings) -> None:
+        self.settings = settings
+        self.verdicts: list[Verdict] = []
+        self.judged_pass_rates: list[Verdict] = []
+        """Pass-rate verdicts with a test that enter the false discovery control."""
+        self.tested: list[Verdict] = []
+        """Dimension verdicts with a test to run (those of series that cannot be judged too: their values show)."""
+        self.judged: list[bool] = []
+        """Per ``tested``: whether it enters the false discovery control."""
+        self.current: list[Sequence[int]] = []
+        self.baseline: list[Sequence[int]] = []
+        self.attributions: list[tuple[Verdict, list[Verdict]]] = []
+        self.dimension_keys: dict[tuple[str, str], tuple[list[str], list[SeriesKey]]] = {}
+        """Per (rubric, agent): its sorted dimensions and their keys, made once for every window and baseline."""
+
+    def judge(self) -> None:
+        settings = self.settings
+        tests, baseline_means = mann_whitney_drops(self.current, self.baseline)
+        pass_rate_p = [v.test.p_value for v in self.judged_pass_rates if v.test is not None]
+        dimension_p = [t.p_value for t, judged in zip(tests, self.judged, strict=True) if judged]
+        # The order of the p-values does not change a q-value (ties get the same one): pass rates, then dimensions.
+        adjusted = benjamini_hochberg(pass_rate_p + dimension_p)
+        for verdict, q in zip(self.judged_pass_rates, adjusted[:len(pass_rate_p)], strict=True):
+            assert verdict.test is not None
+            verdict.q_value = q
+            significant = q <= settings.fdr_q and verdict.test.effect <= -settings.min_effect_pass_rate
+            verdict.status = "regression" if significant else "ok"
+        q_values = iter(adjusted[len(pass_rate_p):])
+        fdr_q, dropped_by = settings.fdr_q, -settings.min_effect_dimension  # a regression's effect is at most this
+        for verdict, test, baseline, judged in zip(self.tested, tests, baseline_means, self.judged, strict=True):
+            verdict.test = test
+            verdict.baseline_value = baseline
+            verdict.current_value = baseline + test.effect
+            if judged:
+                verdict.q_value = q = next(q_values)
+                verdict.status = "regression" if q <= fdr_q and test.effect <= dropped_by else "ok"
+        for pass_rate, dimensions in self.attributions:
+            pass_rate.attribution = _attribution(dimensions)
 
 
 def _cannot_judge_reasons(items: Sequence[SeriesCounts], settings: DetectorSettings) -> set[str]:
@@ -264,16 +315,18 @@ def _cannot_judge_reasons(items: Sequence[SeriesCounts], settings: DetectorSetti
 
 def _newest_config(items: Sequence[SeriesCounts]) -> JudgeConfig | None:
     """The configuration of the most recent result in the current window."""
+    if len(items) == 1:  # the usual case: one configuration, one agent version
+        return items[0].config if items[0].current.total else None
     live = [i for i in items if i.current.total]
     if not live:
         return None
     return max(live, key=lambda i: (i.current.last_ts, i.config)).config
 
 
-def _annotation(rubric: str, agent: str, items: Sequence[SeriesCounts]) -> Annotation | None:
-    newest = _newest_config(items)
-    if newest is None:
-        return None
+def _annotation(rubric: str, agent: str, items: Sequence[SeriesCounts], newest: JudgeConfig | None
+                ) -> Annotation | None:
+    if newest is None or len(items) == 1:
+        return None  # nothing in the window, or nothing else to compare with
     last_seen: dict[JudgeConfig, float] = {}
     for item in items:
         if item.config != newest:
@@ -285,12 +338,65 @@ def _annotation(rubric: str, agent: str, items: Sequence[SeriesCounts]) -> Annot
     return Annotation(rubric, agent, previous, newest)
 
 
-def _series_tests(window: str, rubric: str, agent: str, items: Sequence[SeriesCounts],
-                  settings: DetectorSettings) -> Iterable[tuple[Verdict, float]]:
-    config = _newest_config(items)
+def _series_tests(cycle: _Cycle, window: str, rubric: str, agent: str, items: Sequence[SeriesCounts],
+                  config: JudgeConfig | None, why: tuple[str, ...]) -> None:
+    """The verdicts of one (rubric, agent) in one window, added to ``cycle`` (their tests are queued there);
+    ``why``: the reasons it cannot be judged (empty: it can)."""
+    settings = cycle.settings
     same = [i for i in items if i.config == config]
-    dimensions = sorted({d for i in same for part in (i.current, i.baseline) for d in part.dimensions})
-    start = min((i.current.first_ts for i in same), default=0.0)
+    if len(same) == 1:
+        found = same[0].current.dimensions.keys() | same[0].baseline.dimensions.keys()
+    else:
+        found = {d for i in same for part in (i.current, i.baseline) for d in part.dimensions}
+    dimensions, dimension_keys = cycle.dimension_keys.get((rubric, agent)) or ([], [])
+    if len(dimensions) != len(found) or not found.issuperset(dimensions):
+        dimensions = sorted(found)
+        dimension_keys = [SeriesKey(rubric, agent, "dimension_mean", dimension) for dimension in dimensions]
+        cycle.dimension_keys[(rubric, agent)] = (dimensions, dimension_keys)
+    start = same[0].current.first_ts if len(same) == 1 else min((i.current.first_ts for i in same), default=0.0)
+    pairs = _baseline_pairs(same)
+    min_samples = settings.min_samples
+    # Too few scores is "no verdict"; a series that cannot be judged says why instead, test or not.
+    status: Status = "cannot_judge" if why else "no_verdict"
+    too_few = why or (f"too few scores (need {min_samples} on each side)",)
+    judged = not why
+    verdicts, tested, queued, now_counts, before_counts = (
+        cycle.verdicts, cycle.tested, cycle.judged, cycle.current, cycle.baseline)
+    for baseline_name, now, before, version, previous in pairs:
+        pass_rate = _pass_rate_verdict(
+            Verdict(SeriesKey(rubric, agent, "pass_rate"), baseline_name, window, "no_verdict", config,
+                    agent_version=version, baseline_agent_version=previous, window_start_ts=start),
+            now, before, settings)
+        if why:
+            pass_rate.status, pass_rate.reasons = "cannot_judge", why
+        elif pass_rate.test is not None:
+            cycle.judged_pass_rates.append(pass_rate)
+        verdicts.append(pass_rate)
+        first = len(verdicts)
+        now_dimensions, before_dimensions = now.dimensions, before.dimensions
+        for key, dimension in zip(dimension_keys, dimensions, strict=True):
+            counts_now = now_dimensions.get(dimension) or _NONE
+            counts_before = before_dimensions.get(dimension) or _NONE
+            n1, n0 = sum(counts_now), sum(counts_before)
+            verdict = Verdict(key, baseline_name, window, status, config, n1, n0, None, None, None, None, why,
+                              version, previous, (), start)
+            verdicts.append(verdict)
+            if n1 >= min_samples and n0 >= min_samples:
+                tested.append(verdict)
+                queued.append(judged)
+                now_counts.append(counts_now)
+                before_counts.append(counts_before)
+            else:
+                verdict.current_value, verdict.baseline_value = _mean(counts_now), _mean(counts_before)
+                verdict.reasons = too_few
+        if pass_rate.test is not None:
+            cycle.attributions.append((pass_rate, verdicts[first:]))
+
+
+def _baseline_pairs(same: Sequence[SeriesCounts]
+                    ) -> list[tuple[Baseline, Counts, Counts, str | None, str | None]]:
+    """(baseline, current counts, baseline counts, agent version, baseline agent version) to test, of the series
+    of one configuration."""
     # Trailing: the same configuration, every agent version, before the window.
     if len(same) == 1:
         current, baseline = same[0].current, same[0].baseline  # the usual case: nothing to add up
@@ -321,24 +427,7 @@ def _series_tests(window: str, rubric: str, agent: str, items: Sequence[SeriesCo
                     theirs.add(item.current)
                     theirs.add(item.baseline)
             pairs.append(("previous_version", mine, theirs, version, previous))
-    for baseline_name, now, before, version, previous in pairs:
-
-        def blank(key: SeriesKey, baseline: Baseline = baseline_name, agent_version: str | None = version,
-                  baseline_agent_version: str | None = previous) -> Verdict:
-            return Verdict(key=key, baseline=baseline, window=window, status="no_verdict", config=config,
-                           agent_version=agent_version, baseline_agent_version=baseline_agent_version,
-                           window_start_ts=start)
-
-        dimension_verdicts = [
-            _dimension_verdict(blank(SeriesKey(rubric, agent, "dimension_mean", dimension)),
-                               now.dimensions.get(dimension), before.dimensions.get(dimension), settings)
-            for dimension in dimensions]
-        pass_rate = _pass_rate_verdict(blank(SeriesKey(rubric, agent, "pass_rate")), now, before, settings)
-        if pass_rate.test is not None:
-            pass_rate.attribution = _attribution(dimension_verdicts)
-        yield pass_rate, settings.min_effect_pass_rate
-        for verdict in dimension_verdicts:
-            yield verdict, settings.min_effect_dimension
+    return pairs
 
 
 def _pass_rate_verdict(verdict: Verdict, now: Counts, before: Counts, settings: DetectorSettings) -> Verdict:
@@ -354,21 +443,6 @@ def _pass_rate_verdict(verdict: Verdict, now: Counts, before: Counts, settings: 
     return verdict
 
 
-def _dimension_verdict(verdict: Verdict, now: Sequence[int] | None, before: Sequence[int] | None,
-                       settings: DetectorSettings) -> Verdict:
-    now, before = now or _NONE, before or _NONE
-    n1, n0 = sum(now), sum(before)
-    verdict.current_n, verdict.baseline_n = n1, n0
-    if n1 < settings.min_samples or n0 < settings.min_samples:
-        verdict.current_value, verdict.baseline_value = _mean(now), _mean(before)
-        verdict.reasons = (f"too few scores (need {settings.min_samples} on each side)",)
-        return verdict
-    verdict.test = test = mann_whitney_drop(now, before)
-    verdict.baseline_value = baseline = _mean(before)
-    verdict.current_value = None if baseline is None else baseline + test.effect
-    return verdict
-
-
 _NONE = (0, 0, 0, 0, 0)
 
 
@@ -380,7 +454,9 @@ def _mean(counts: Sequence[int]) -> float | None:
 
 def _attribution(dimensions: Sequence[Verdict], top: int = 3) -> tuple[Attribution, ...]:
     """The dimensions whose mean fell most, from this cycle's dimension verdicts of the same series."""
-    moved = [Attribution(v.key.dimension, v.current_value - v.baseline_value, v.current_value, v.baseline_value)
-             for v in dimensions if v.current_value is not None and v.baseline_value is not None]
+    # Only falls can be named, and they sort before any rise: the rest are never made.
+    moved = [Attribution(v.key.dimension, effect, v.current_value, v.baseline_value)
+             for v in dimensions if v.current_value is not None and v.baseline_value is not None
+             and (effect := v.current_value - v.baseline_value) < 0]
     moved.sort(key=lambda a: (a.effect, a.dimension))
-    return tuple(a for a in moved[:top] if a.effect < 0)
+    return tuple(moved[:top])

@@ -1,42 +1,58 @@
-"""The detector's state as Prometheus metrics, on the daemon's registry.
+"""The detector's state as Prometheus metrics, on the daemon's registry, rendered once per cycle.
 
-Gauges come from the last detection, swapped in whole at the end of a cycle (a scrape never sees half a cycle,
-and series that disappeared are gone): ``rubric_monitor_regression`` is 1 while the daemon's alert for that
-(rubric, agent, kind, dimension) is firing on that baseline, so one Prometheus rule (``rubric_monitor_regression ==
-1``, no ``for:``: the daemon already applied it) routes it through an existing Alertmanager.
+``rubric_monitor_regression`` is 1 while the daemon's alert for that (rubric, agent, kind, dimension) is firing on
+that baseline and 0 for every other series the detector judged, so one Prometheus rule (``rubric_monitor_regression
+== 1``, no ``for:``: the daemon already applied it) routes it through an existing Alertmanager. The detail of a
+test (effect, p-value, sample sizes) is only exported for the series worth a look: a verdict other than ``ok``
+(regression, no verdict, cannot judge) or an alert pending or firing; at 100 rubrics x 20 agents x 10 dimensions
+the quiet series would otherwise add ~90,000 series that say "nothing happened".
+
+Like the quality families (``monitor.quality``), the families are rendered to text and OpenMetrics (and gzip) at
+the end of the cycle and swapped in whole: a scrape copies prepared bytes (``monitor.exposition``), never sees half
+a cycle, and series that disappeared are gone.
 """
 
 from __future__ import annotations
 
+import gzip
 import threading
 from collections.abc import Iterable
 
 from prometheus_client import CollectorRegistry, Counter
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import Metric
+from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
-from prometheus_client.samples import Sample
 
-from monitor.alerts.detector import CANNOT_JUDGE_REASONS, Detection, Kind, SeriesKey
+from monitor.alerts.detector import CANNOT_JUDGE_REASONS, Detection, without_cyclic_gc
 from monitor.alerts.lifecycle import AlertState, by_fields
+from monitor.quality import GZIP_LEVEL, SCRAPE_IN_PROGRESS, FamilySpec, Rendered, Renderer
 
-_LABELS = ["rubric", "agent", "kind", "dimension", "baseline"]
+_LABELS = ("rubric", "agent", "kind", "dimension", "baseline")
+
+REGRESSION = FamilySpec(
+    "rubric_monitor_regression", "gauge", _LABELS,
+    "1 while a quality regression alert is firing (after persistence).")
+EFFECT = FamilySpec(
+    "rubric_monitor_regression_effect", "gauge", _LABELS,
+    "Current minus baseline: pass-rate points (0..1) or mean-score points (1..5).")
+P_VALUE = FamilySpec(
+    "rubric_monitor_regression_p_value", "gauge", _LABELS,
+    "One-sided p-value of the drop (before FDR adjustment).")
+SAMPLES = FamilySpec(
+    "rubric_monitor_regression_samples", "gauge", (*_LABELS, "window"),
+    "Sample sizes of the test, window current or baseline.")
+CANNOT_JUDGE = FamilySpec(
+    "rubric_monitor_cannot_judge", "gauge", ("rubric", "agent", "reason"),
+    "1 while a series cannot be judged for this reason (unscored, judge_errors, source_behind, "
+    "judge_unavailable); its quality alerts neither fire nor resolve.")
+ALERT_FAMILIES = (REGRESSION, EFFECT, P_VALUE, SAMPLES, CANNOT_JUDGE)
+_NAMES = frozenset(spec.name for spec in ALERT_FAMILIES)
 
 
-class _DetectionCollector(Collector):
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._families: list[Metric] = []
+class AlertMetrics(Collector):
+    """The notification counter (live) and the detector's gauges (prepared by ``publish``); registered as the
+    ``Collector`` of those gauges, parsed back from the rendered text for ``registry.get_sample_value``."""
 
-    def publish(self, families: list[Metric]) -> None:
-        with self._lock:
-            self._families = families
-
-    def collect(self) -> Iterable[Metric]:
-        with self._lock:
-            return list(self._families)
-
-
-class AlertMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         self.notifications = Counter(
             "rubric_monitor_notifications",
@@ -45,55 +61,64 @@ class AlertMetrics:
             ["notifier", "outcome"],
             registry=registry,
         )
-        self._collector = _DetectionCollector()
-        registry.register(self._collector)
+        self._lock = threading.Lock()
+        self._renderer = Renderer()
+        self._parsed: list[Metric] | None = None
+        self.rendered = Rendered()
+        registry.register(self)
+
+    @property
+    def family_names(self) -> frozenset[str]:
+        """What the exposition serves from ``rendered`` rather than collects."""
+        return _NAMES
 
     def publish(self, detection: Detection, states: dict[str, AlertState]) -> None:
-        regression = GaugeMetricFamily(
-            "rubric_monitor_regression", "1 while a quality regression alert is firing (after persistence).",
-            labels=_LABELS)
-        effect = GaugeMetricFamily(
-            "rubric_monitor_regression_effect",
-            "Current minus baseline: pass-rate points (0..1) or mean-score points (1..5).", labels=_LABELS)
-        p_value = GaugeMetricFamily(
-            "rubric_monitor_regression_p_value", "One-sided p-value of the drop (before FDR adjustment).",
-            labels=_LABELS)
-        samples = GaugeMetricFamily(
-            "rubric_monitor_regression_samples", "Sample sizes of the test, window current or baseline.",
-            labels=[*_LABELS, "window"])
-        cannot_judge = GaugeMetricFamily(
-            "rubric_monitor_cannot_judge",
-            "1 while a series cannot be judged for this reason (unscored, judge_errors, source_behind, "
-            "judge_unavailable); its quality alerts neither fire nor resolve.",
-            labels=["rubric", "agent", "reason"])
-        per_baseline = detection.per_baseline()
-        published = set(per_baseline)
-        # Samples are appended directly with one shared label dict per series: at 100 rubrics x 20 agents x 10
-        # dimensions this is ~100k samples per cycle, and add_metric's per-call dict dominated the cycle.
+        with without_cyclic_gc():
+            self._publish(detection, states)
+
+    def _publish(self, detection: Detection, states: dict[str, AlertState]) -> None:
+        regression: dict[tuple[str, ...], float] = {}
+        effect: dict[tuple[str, ...], float] = {}
+        p_value: dict[tuple[str, ...], float] = {}
+        samples: dict[tuple[str, ...], float] = {}
+        cannot_judge: dict[tuple[str, ...], float] = {}
         known = by_fields(states)
-        for (key, baseline), verdict in sorted(per_baseline.items()):
-            labels = {"rubric": key.rubric, "agent": key.agent, "kind": key.kind, "dimension": key.dimension,
-                      "baseline": baseline}
+        # In the detector's order (rubric, agent, then kind and dimension): no sort of tens of thousands of keys.
+        for (key, baseline), verdict in detection.per_baseline().items():
+            labels: tuple[str, ...] = (key.rubric, key.agent, key.kind, key.dimension, baseline)
             state = known.get(key)
             firing = state is not None and state.state == "firing" and state.baseline == baseline
-            regression.samples.append(Sample(regression.name, labels, 1.0 if firing else 0.0))
+            regression[labels] = 1.0 if firing else 0.0
+            if verdict.status == "ok" and (state is None or state.state not in ("pending", "firing")):
+                continue  # a quiet series: its flag says it all
             if verdict.test is not None:
-                effect.samples.append(Sample(effect.name, labels, verdict.test.effect))
-                p_value.samples.append(Sample(p_value.name, labels, verdict.test.p_value))
-            samples.samples.append(Sample(samples.name, {**labels, "window": "current"}, verdict.current_n))
-            samples.samples.append(Sample(samples.name, {**labels, "window": "baseline"}, verdict.baseline_n))
+                effect[labels] = verdict.test.effect
+                p_value[labels] = verdict.test.p_value
+            samples[(*labels, "current")] = float(verdict.current_n)
+            samples[(*labels, "baseline")] = float(verdict.baseline_n)
         # A firing alert whose series has no data this cycle stays firing (no data is never a recovery): its flag
         # stays too, or Prometheus would resolve what the daemon has not.
         for state in states.values():
-            if state.state == "firing" and (_key_of(state), state.baseline) not in published:
-                regression.add_metric([state.rubric, state.agent, state.kind, state.dimension,
-                                       state.baseline or "trailing"], 1.0)
+            if state.state == "firing":
+                regression.setdefault(
+                    (state.rubric, state.agent, state.kind, state.dimension, state.baseline or "trailing"), 1.0)
         for (rubric, agent), reasons in sorted(detection.cannot_judge.items()):
             for reason in CANNOT_JUDGE_REASONS:
-                cannot_judge.add_metric([rubric, agent, reason], 1.0 if reason in reasons else 0.0)
-        self._collector.publish([regression, effect, p_value, samples, cannot_judge])
+                cannot_judge[(rubric, agent, reason)] = 1.0 if reason in reasons else 0.0
+        gauges = [(REGRESSION, regression), (EFFECT, effect), (P_VALUE, p_value), (SAMPLES, samples),
+                  (CANNOT_JUDGE, cannot_judge)]
+        with self._lock:  # one cycle at a time owns the renderer's cache
+            text, openmetrics = self._renderer.render((), {}, gauges)
+        self.rendered = Rendered(text, openmetrics, gzip.compress(text, GZIP_LEVEL),
+                                 gzip.compress(openmetrics, GZIP_LEVEL))
+        self._parsed = None
 
-
-def _key_of(state: AlertState) -> SeriesKey:
-    kind: Kind = "pass_rate" if state.kind == "pass_rate" else "dimension_mean"
-    return SeriesKey(state.rubric, state.agent, kind, state.dimension)
+    def collect(self) -> Iterable[Metric]:
+        """The prepared families, parsed from the rendered text on demand; nothing while the exposition renders the
+        registry (it appends the prepared bytes itself)."""
+        if SCRAPE_IN_PROGRESS.active:
+            return []
+        parsed = self._parsed
+        if parsed is None:
+            parsed = self._parsed = list(text_string_to_metric_families(self.rendered.text.decode()))
+        return list(parsed)

@@ -143,8 +143,7 @@ class AlertService:
     # the verdicts (daemon and CLI) -----------------------------------------------------------------------------
 
     def evaluate(self, now: datetime) -> Detection:
-        windows = [(name, self.store.counts(seconds, self.plan.baseline_seconds, now))
-                   for name, seconds in self.plan.windows]
+        windows = self.store.window_counts(self.plan.windows, self.plan.baseline_seconds, now)
         # A drifting judge (its canary set no longer agrees) is not a regressing agent: that rubric cannot be judged.
         drifting = {rubric: ("judge_drift",) for rubric in self.store.drifting_rubrics()}
         return detect(windows, detector_settings(self.settings), self._global_reasons(), drifting)

@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy import and_, case, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
-from monitor.alerts.detector import Counts, JudgeConfig, SeriesCounts
+from monitor.alerts.detector import Counts, JudgeConfig, SeriesCounts, without_cyclic_gc
 from monitor.store.sql import (
     SqlStore,
     alert_events_table,
@@ -71,50 +71,88 @@ class AlertStore:
     def drifting_rubrics(self) -> set[str]:
         return self._store.drifting_rubrics()
 
-    def counts(self, window_seconds: float, baseline_seconds: float, now: datetime) -> list[SeriesCounts]:
-        """Per (rubric, agent, configuration, agent version): counts inside the window (``current``) and in the
-        baseline period before it, of current (not superseded) results."""
+    def window_counts(self, windows: Sequence[tuple[str, float]], baseline_seconds: float, now: datetime
+                      ) -> list[tuple[str, list[SeriesCounts]]]:
+        """Per window (name, seconds) and per (rubric, agent, configuration, agent version) with results in it:
+        the counts of current (not superseded) results inside the window (``current``) and in the baseline period
+        before it.
+
+        One query over results and one over dimension scores, for every window at once: each window's two sides
+        are columns (and a dimension's five scores too), so a cycle at 100 rubrics x 20 agents x 10 dimensions
+        reads ~20,000 rows instead of ~400,000 (a row per window, side, dimension and score)."""
+        with without_cyclic_gc():
+            return self._window_counts(windows, baseline_seconds, now)
+
+    def _window_counts(self, windows: Sequence[tuple[str, float]], baseline_seconds: float, now: datetime
+                       ) -> list[tuple[str, list[SeriesCounts]]]:
         r, d = results_table.c, dimensions_table.c
-        start = now.timestamp() - window_seconds
-        since = start - baseline_seconds
         until = now.timestamp()
-        segment = case((r.evaluated_ts >= start, 1), else_=0)
+        sides = []  # per window: the condition of its current side, then of its baseline side
+        earliest = until
+        for _, seconds in windows:
+            start = until - seconds
+            since = start - baseline_seconds
+            sides += [r.evaluated_ts >= start, and_(r.evaluated_ts >= since, r.evaluated_ts < start)]
+            earliest = min(earliest, since)
         config = (r.rubric, r.agent, r.rubric_version, func.coalesce(r.judge_model, ""),
                   func.coalesce(r.prompt_version, ""), r.agent_version)
         judge_error = and_(r.outcome == "unscored", r.unscored_reason.like("judge_error%"))
-        where = and_(r.current.is_(True), r.evaluated_ts >= since, r.evaluated_ts <= until)
-        groups: dict[tuple[Any, ...], tuple[Counts, Counts]] = {}
+        where = and_(r.current.is_(True), r.evaluated_ts >= earliest, r.evaluated_ts <= until)
 
-        def slot(row: Sequence[Any]) -> Counts:
-            key = tuple(row[:6])
-            pair = groups.setdefault(key, (Counts(), Counts()))
-            return pair[0] if row[6] else pair[1]
+        def count(*conditions: Any) -> Any:
+            return func.sum(case((and_(*conditions), 1), else_=0))
 
+        per_side = [(count(side, r.outcome == "pass"), count(side, r.outcome == "fail"),
+                     count(side, r.outcome == "unscored"), count(side, judge_error),
+                     func.min(case((side, r.evaluated_ts))), func.max(case((side, r.evaluated_ts))))
+                    for side in sides]
+        scores = [count(side, d.score == score) for side in sides for score in range(1, 6)]
+        found: dict[tuple[Any, ...], list[Counts | None]] = {}
+        """Per configuration: the Counts of each side of each window that holds any of its results."""
         with self._store.transaction() as conn:
-            for row in conn.execute(
-                select(*config, segment, func.sum(case((r.outcome == "pass", 1), else_=0)),
-                       func.sum(case((r.outcome == "fail", 1), else_=0)),
-                       func.sum(case((r.outcome == "unscored", 1), else_=0)),
-                       func.sum(case((judge_error, 1), else_=0)), func.min(r.evaluated_ts), func.max(r.evaluated_ts))
-                .where(where).group_by(*config, segment)
-            ):
-                counts = slot(row)
-                counts.passed, counts.failed, counts.unscored, counts.judge_errors = (int(v or 0) for v in row[7:11])
-                counts.first_ts, counts.last_ts = float(row[11]), float(row[12])
-            for row in conn.execute(
-                select(*config, segment, d.dimension, d.score, func.count())
+            totals = conn.execute(select(*config, *(c for side in per_side for c in side))
+                                  .where(where).group_by(*config)).all()
+            by_dimension = conn.execute(
+                select(*config, d.dimension, *scores)
                 .select_from(dimensions_table.join(results_table, d.result_id == r.id))
                 .where(and_(where, d.current.is_(True)))
-                .group_by(*config, segment, d.dimension, d.score)
-            ):
-                score = int(row[8])
-                if 1 <= score <= 5:
-                    slot(row).dimensions.setdefault(str(row[7]), [0, 0, 0, 0, 0])[score - 1] += int(row[9])
-        return [
-            SeriesCounts(rubric=str(k[0]), agent=str(k[1]), config=JudgeConfig(str(k[2]), str(k[3]), str(k[4])),
-                         agent_version=None if k[5] is None else str(k[5]), current=current, baseline=baseline)
-            for k, (current, baseline) in groups.items()
-        ]
+                .group_by(*config, d.dimension)
+            ).all()
+        for row in totals:
+            slots: list[Counts | None] = []
+            for offset in range(6, 6 + 6 * len(sides), 6):
+                passed, failed, unscored, judge_errors, first, last = row[offset:offset + 6]
+                if first is None:
+                    slots.append(None)  # none of its results on this side
+                    continue
+                slots.append(Counts(passed=int(passed), failed=int(failed), unscored=int(unscored),
+                                    judge_errors=int(judge_errors), first_ts=float(first), last_ts=float(last)))
+            found[tuple(row[:6])] = slots
+        ends = [(index, 7 + 5 * index, 12 + 5 * index) for index in range(len(sides))]
+        for row in by_dimension:
+            held = found.get(tuple(row[:6]))
+            if held is None:
+                continue
+            dimension = str(row[6])
+            for index, first_score, end in ends:
+                counts = held[index]
+                if counts is not None:
+                    by_score = row[first_score:end]  # integers already: sums of integers
+                    if any(by_score):
+                        counts.dimensions[dimension] = list(by_score)
+        out: list[tuple[str, list[SeriesCounts]]] = []
+        for index, (name, _) in enumerate(windows):
+            series = []
+            for k, slots in found.items():
+                current, baseline = slots[2 * index], slots[2 * index + 1]
+                if current is None and baseline is None:
+                    continue  # no result in this window or its baseline: not a series of this window
+                series.append(SeriesCounts(
+                    rubric=str(k[0]), agent=str(k[1]), config=JudgeConfig(str(k[2]), str(k[3]), str(k[4])),
+                    agent_version=None if k[5] is None else str(k[5]), current=current or Counts(),
+                    baseline=baseline or Counts()))
+            out.append((name, series))
+        return out
 
     def examples(self, rubric: str, agent: str, config: JudgeConfig | None, since: float, limit: int = 5
                  ) -> list[Example]:

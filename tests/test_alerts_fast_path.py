@@ -1,0 +1,207 @@
+"""The fast detector changes no verdict: on random windows it gives exactly (bit for bit) what the first, one test at
+a time detector gives (tests/reference_detector.py); the batched Mann-Whitney tests and Benjamini-Hochberg equal
+their scalar definitions; the store reads every window in one query with the counts a hand count of the stored
+results gives; the metrics export every series' flag and the detail of the series that are not ok."""
+
+from __future__ import annotations
+
+import random
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from prometheus_client import CollectorRegistry
+from prometheus_client.parser import text_string_to_metric_families
+
+from monitor.alerts.detector import Counts, DetectorSettings, JudgeConfig, SeriesCounts, detect
+from monitor.alerts.lifecycle import AlertState
+from monitor.alerts.metrics import AlertMetrics
+from monitor.alerts.stats import benjamini_hochberg, mann_whitney_drop, mann_whitney_drops
+from monitor.alerts.store import AlertStore
+from monitor.models import DimensionScore, EvaluationResult
+from monitor.store.sql import SqlStore
+from tests import reference_detector
+
+SCORES = st.lists(st.integers(0, 60), min_size=5, max_size=5)
+BIG_SCORES = st.lists(st.integers(0, 90_000), min_size=5, max_size=5)
+"""Beyond the exact range of the arrays (200,000 scores in a test): those go through the scalar function."""
+CONFIGS = (JudgeConfig("1", "judge-a", "1"), JudgeConfig("1", "judge-b", "1"), JudgeConfig("2", "judge-a", "1"))
+
+
+@st.composite
+def counts(draw: st.DrawFn, big: bool = False) -> Counts:
+    passed, failed = draw(st.integers(0, 80)), draw(st.integers(0, 80))
+    unscored = draw(st.integers(0, 30))
+    first = draw(st.floats(0, 1000, allow_nan=False))
+    dimensions = {name: draw(BIG_SCORES if big and name == "z" else SCORES)
+                  for name in draw(st.sets(st.sampled_from(["x", "y", "z"])))}
+    return Counts(passed=passed, failed=failed, unscored=unscored, judge_errors=draw(st.integers(0, unscored)),
+                  first_ts=first, last_ts=first + draw(st.floats(0, 100, allow_nan=False)), dimensions=dimensions)
+
+
+@st.composite
+def windows(draw: st.DrawFn) -> list[tuple[str, list[SeriesCounts]]]:
+    out = []
+    for name in draw(st.sampled_from([["1h"], ["1h", "24h"]])):
+        keys = draw(st.sets(st.tuples(st.sampled_from(["r0", "r1"]), st.sampled_from(["a0", "a1", "a2"]),
+                                      st.sampled_from(CONFIGS), st.sampled_from([None, "v1", "v2"])), max_size=8))
+        big = draw(st.booleans())
+        out.append((name, [SeriesCounts(rubric, agent, config, version, draw(counts(big)), draw(counts(big)))
+                           for rubric, agent, config, version in sorted(keys, key=repr)]))
+    return out
+
+
+DETECTOR_SETTINGS = st.builds(
+    DetectorSettings, min_samples=st.integers(1, 40), min_effect_pass_rate=st.sampled_from([0.0, 0.05, 0.2]),
+    min_effect_dimension=st.sampled_from([0.0, 0.25]), fdr_q=st.sampled_from([0.05, 0.5, 1.0]),
+    max_unscored_share=st.sampled_from([0.2, 1.0]), max_judge_error_share=st.sampled_from([0.1, 1.0]))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(windows(), DETECTOR_SETTINGS, st.sets(st.sampled_from(["source_behind"])),
+       st.sets(st.sampled_from(["r0", "r1"])))
+def test_the_fast_detector_gives_the_reference_verdicts(found: list[tuple[str, list[SeriesCounts]]],
+                                                        detector: DetectorSettings, shared: set[str],
+                                                        drifting: set[str]) -> None:
+    rubric_reasons = {rubric: ("judge_drift",) for rubric in drifting}
+    fast = detect(found, detector, shared, rubric_reasons)
+    reference = reference_detector.detect(found, detector, shared, rubric_reasons)
+    # Verdict by verdict, every field: status, values, test (effect, p-value, interval), q-value, reasons,
+    # attribution; then the annotations and the series that cannot be judged.
+    assert fast.verdicts == reference.verdicts
+    assert fast.annotations == reference.annotations and fast.cannot_judge == reference.cannot_judge
+    assert fast.by_key() == reference.by_key() and fast.per_baseline() == reference.per_baseline()
+
+
+def test_regressions_are_found_alike_at_scale() -> None:
+    """Hundreds of series, a tenth of them dropping: the same verdicts, and real regressions among them."""
+    rng = random.Random(7)
+
+    def window(n: int) -> list[SeriesCounts]:
+        out = []
+        for agent in range(300):
+            drop = agent % 10 == 0
+            dims = {f"d{d}": [rng.randint(0, n // 10) for _ in range(3)] + [rng.randint(0, n // 2) for _ in range(2)]
+                    for d in range(4)}
+            now = Counts(passed=int(n * (0.7 if drop else 0.9)), failed=n // 5, first_ts=1, last_ts=2,
+                         dimensions={d: [c * (3 if drop and i < 2 else 1) for i, c in enumerate(v)]
+                                     for d, v in dims.items()})
+            before = Counts(passed=9 * n, failed=n, first_ts=0, last_ts=1,
+                            dimensions={d: [c * 10 for c in v] for d, v in dims.items()})
+            out.append(SeriesCounts("r", f"a{agent}", CONFIGS[0], None, now, before))
+        return out
+
+    found = [("1h", window(80)), ("24h", window(800))]
+    fast = detect(found, DetectorSettings())
+    assert fast.verdicts == reference_detector.detect(found, DetectorSettings()).verdicts
+    assert sum(v.status == "regression" for v in fast.verdicts) >= 30
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.one_of(SCORES, BIG_SCORES), st.one_of(SCORES, BIG_SCORES)), min_size=1, max_size=40))
+def test_batched_mann_whitney_equals_the_scalar_test(pairs: list[tuple[list[int], list[int]]]) -> None:
+    pairs = [(now, before) for now, before in pairs if sum(now) and sum(before)]
+    tests, baseline_means = mann_whitney_drops([p[0] for p in pairs], [p[1] for p in pairs])
+    assert tests == [mann_whitney_drop(now, before) for now, before in pairs]
+    assert baseline_means == [sum((s + 1) * c for s, c in enumerate(b)) / sum(b) for _, b in pairs]
+
+
+def test_batched_mann_whitney_when_every_score_ties() -> None:
+    """No variance at all (every score a 5): no evidence, as the scalar test says."""
+    pairs = [([0, 0, 0, 0, 40], [0, 0, 0, 0, 900]), ([40, 0, 0, 0, 0], [0, 0, 0, 0, 900])]
+    tests, _ = mann_whitney_drops([p[0] for p in pairs], [p[1] for p in pairs])
+    assert tests == [mann_whitney_drop(*p) for p in pairs]
+    assert tests[0].p_value == 1.0 and tests[1].p_value < 1e-6
+
+
+@given(st.lists(st.one_of(st.floats(0, 1, allow_nan=False), st.sampled_from([0.0, 0.01, 0.5, 1.0])), max_size=60))
+def test_benjamini_hochberg_equals_its_loop(p_values: list[float]) -> None:
+    assert benjamini_hochberg(p_values) == reference_detector.benjamini_hochberg(p_values)
+
+
+NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+
+
+def test_one_query_reads_every_window_as_counting_the_results_by_hand(tmp_path: Path) -> None:
+    store = SqlStore(f"sqlite:///{tmp_path / 'r.db'}")
+    rng = random.Random(3)
+    recorded = []
+    for number in range(400):
+        outcome = rng.choice(["pass", "pass", "fail", "unscored"])
+        result = EvaluationResult(
+            conversation_id=f"c{number}", agent=rng.choice(["a", "b"]), rubric="r", rubric_version="1",
+            rubric_kind="weighted", judge_model=rng.choice(["m1", "m2"]), outcome=outcome,
+            score=None if outcome == "unscored" else rng.random(),
+            unscored_reason="judge_error: timeout" if outcome == "unscored" and rng.random() < 0.5 else None,
+            evaluated_at=NOW - timedelta(minutes=rng.uniform(0, 9 * 24 * 60)),
+            dimension_scores=() if outcome == "unscored" else tuple(
+                DimensionScore(id=d, score=rng.randint(1, 5), applicable=True, weight=1) for d in ("x", "y")))
+        assert store.record(result)
+        recorded.append(result)
+    plan = (("1h", 3600.0), ("24h", 86400.0), ("3d", 3 * 86400.0))
+    read = AlertStore(store).window_counts(plan, 2 * 86400.0, NOW)
+    assert [name for name, _ in read] == ["1h", "24h", "3d"]
+    for (name, seconds), (_, series) in zip(plan, read, strict=True):
+        start = NOW.timestamp() - seconds
+        expected: dict[tuple[str, str], tuple[Counts, Counts]] = {}
+        for result in recorded:
+            ts = result.evaluated_at.timestamp()
+            if not start - 2 * 86400.0 <= ts <= NOW.timestamp():
+                continue
+            pair = expected.setdefault((result.agent or "", result.judge_model or ""), (Counts(), Counts()))
+            side = pair[0] if ts >= start else pair[1]
+            side.passed += result.outcome == "pass"
+            side.failed += result.outcome == "fail"
+            side.unscored += result.outcome == "unscored"
+            side.judge_errors += result.unscored_reason is not None
+            side.first_ts, side.last_ts = min(side.first_ts, ts), max(side.last_ts, ts)
+            for dimension in result.dimension_scores:
+                assert dimension.score is not None
+                side.dimensions.setdefault(dimension.id, [0] * 5)[int(dimension.score) - 1] += 1
+        got = {(s.agent, s.config.judge_model): (s.current, s.baseline) for s in series}
+        assert got == expected, name
+        assert all(s.rubric == "r" and s.config.rubric_version == "1" for s in series)
+
+
+def test_metrics_export_every_flag_and_the_detail_of_series_not_ok() -> None:
+    """At R rubrics x A agents x D dimensions (one baseline): R·A·(1 + D) flags, R·A·5 cannot-judge gauges, and
+    effect, p-value and two sample sizes only for series whose verdict is not ok or whose alert is pending or
+    firing (docs/alerts.md)."""
+    rng = random.Random(5)
+    series = []
+    for agent in range(20):
+        quiet = Counts(passed=90, failed=10, first_ts=1, last_ts=2, dimensions={"x": [2, 3, 10, 35, 50]})
+        drop = Counts(passed=40, failed=60, first_ts=1, last_ts=2, dimensions={"x": [30, 20, 10, 20, 20]})
+        few = Counts(passed=5, failed=1, first_ts=1, last_ts=2, dimensions={"x": [0, 0, 1, 2, 3]})
+        now = drop if agent < 2 else few if agent < 5 else quiet
+        before = Counts(passed=900 + rng.randint(0, 5), failed=100, first_ts=0, last_ts=1,
+                        dimensions={"x": [20, 30, 100, 350, 500]})
+        series.append(SeriesCounts("r", f"a{agent}", CONFIGS[0], None, now, before))
+    detection = detect([("1h", series)], DetectorSettings())
+    statuses = {(k.agent, k.kind): v.status for k, v in detection.by_key().items()}
+    assert statuses[("a0", "pass_rate")] == "regression" and statuses[("a3", "pass_rate")] == "no_verdict"
+    assert statuses[("a9", "pass_rate")] == "ok"
+    firing = AlertState(key="r|a0|pass_rate|", rubric="r", agent="a0", kind="pass_rate", dimension="",
+                        state="firing", baseline="trailing")
+    pending = AlertState(key="r|a9|dimension_mean|x", rubric="r", agent="a9", kind="dimension_mean",
+                         dimension="x", state="pending")
+    registry = CollectorRegistry()
+    metrics = AlertMetrics(registry)
+    metrics.publish(detection, {firing.key: firing, pending.key: pending})
+    families = {f.name: f.samples for f in text_string_to_metric_families(metrics.rendered.text.decode())}
+    assert len(families["rubric_monitor_regression"]) == 20 * (1 + 1)
+    assert [s.labels["agent"] for s in families["rubric_monitor_regression"] if s.value == 1] == ["a0"]
+    assert len(families["rubric_monitor_cannot_judge"]) == 20 * 5
+    # Not ok: a0 and a1 dropped (pass rate and x), a2 to a4 too few; a9's x is ok but its alert is pending.
+    detailed = {(s.labels["agent"], s.labels["kind"]) for s in families["rubric_monitor_regression_samples"]}
+    assert detailed == {(f"a{a}", kind) for a in range(5) for kind in ("pass_rate", "dimension_mean")} | {
+        ("a9", "dimension_mean")}
+    assert len(families["rubric_monitor_regression_samples"]) == 2 * len(detailed)
+    tested = {(s.labels["agent"], s.labels["kind"]) for s in families["rubric_monitor_regression_effect"]}
+    assert tested == {("a0", "pass_rate"), ("a0", "dimension_mean"), ("a1", "pass_rate"),
+                      ("a1", "dimension_mean"), ("a9", "dimension_mean")}
+    assert {(s.labels["agent"], s.labels["kind"]) for s in families["rubric_monitor_regression_p_value"]} == tested
+    # The registry reads the same state (registry.get_sample_value, generate_latest).
+    assert registry.get_sample_value("rubric_monitor_regression", {
+        "rubric": "r", "agent": "a0", "kind": "pass_rate", "dimension": "", "baseline": "trailing"}) == 1.0
