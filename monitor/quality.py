@@ -91,10 +91,36 @@ class Rendered:
     openmetrics_gzip: bytes = field(default=b"")
 
 
-class QualityMetrics(Collector):
+class PreparedCollector(Collector):
+    """A collector of families rendered once per cycle (``rendered``, served as bytes by the exposition), parsed
+    back on demand for ``registry.get_sample_value`` and ``generate_latest(registry)``."""
+
+    def __init__(self) -> None:
+        self._renderer = Renderer()
+        self._parsed: list[Metric] | None = None
+        self.rendered = Rendered()
+
+    def _set_rendered(self, text: bytes, openmetrics: bytes) -> None:
+        self.rendered = Rendered(text, openmetrics, gzip.compress(text, GZIP_LEVEL),
+                                 gzip.compress(openmetrics, GZIP_LEVEL))
+        self._parsed = None
+
+    def collect(self) -> Iterable[Metric]:
+        """The prepared families, parsed from the rendered text; nothing while the exposition renders the registry
+        (it appends the prepared bytes itself)."""
+        if SCRAPE_IN_PROGRESS.active:
+            return []
+        parsed = self._parsed
+        if parsed is None:
+            parsed = self._parsed = list(text_string_to_metric_families(self.rendered.text.decode()))
+        return list(parsed)
+
+
+class QualityMetrics(PreparedCollector):
     """The quality counters and windowed gauges; a ``Collector`` yielding the state prepared by ``refresh``."""
 
     def __init__(self, windows: Sequence[Window], max_agents_per_rubric: int) -> None:
+        super().__init__()
         self.agents = AgentLabels(max_agents_per_rubric)
         self.windows = WindowTotals(windows)
         self._lock = threading.Lock()
@@ -105,9 +131,6 @@ class QualityMetrics(Collector):
         self._exemplars: dict[tuple[str, tuple[str, ...]], str] = {}
         """Per counter series, the OpenMetrics exemplar of its latest increment, formatted when counted."""
         self._seeded = False
-        self._parsed: list[Metric] | None = None
-        self._renderer = Renderer()
-        self.rendered = Rendered()
 
     # counting ----------------------------------------------------------------------------------------------
 
@@ -165,10 +188,7 @@ class QualityMetrics(Collector):
                         (DIMENSION_SCORE_SUM, dict(self._dimension_sum))]
             exemplars = dict(self._exemplars)
             gauges = self._window_values()
-        text, openmetrics = self._renderer.render(counters, exemplars, gauges)
-        self.rendered = Rendered(text, openmetrics, gzip.compress(text, GZIP_LEVEL),
-                                 gzip.compress(openmetrics, GZIP_LEVEL))
-        self._parsed = None
+        self._set_rendered(*self._renderer.render(counters, exemplars, gauges))
 
     def _seed(self) -> None:
         """At start: the agents of the longest window get their labels (busiest first), and every label set seen
@@ -219,16 +239,6 @@ class QualityMetrics(Collector):
     def family_names(self) -> frozenset[str]:
         """What the exposition serves from ``rendered`` rather than collects."""
         return QUALITY_NAMES
-
-    def collect(self) -> Iterable[Metric]:
-        """The prepared families, for ``registry.get_sample_value`` and ``generate_latest(registry)``: parsed
-        from the rendered text on demand. The exposition serves the rendered bytes and skips this."""
-        if SCRAPE_IN_PROGRESS.active:
-            return []
-        parsed = self._parsed
-        if parsed is None:
-            parsed = self._parsed = list(text_string_to_metric_families(self.rendered.text.decode()))
-        return list(parsed)
 
 
 class _ScrapeInProgress(threading.local):

@@ -14,18 +14,13 @@ a cycle, and series that disappeared are gone.
 
 from __future__ import annotations
 
-import gzip
 import threading
-from collections.abc import Iterable
 
 from prometheus_client import CollectorRegistry, Counter
-from prometheus_client.core import Metric
-from prometheus_client.parser import text_string_to_metric_families
-from prometheus_client.registry import Collector
 
 from monitor.alerts.detector import CANNOT_JUDGE_REASONS, Detection, without_cyclic_gc
 from monitor.alerts.lifecycle import AlertState, by_fields
-from monitor.quality import GZIP_LEVEL, SCRAPE_IN_PROGRESS, FamilySpec, Rendered, Renderer
+from monitor.quality import FamilySpec, PreparedCollector
 
 _LABELS = ("rubric", "agent", "kind", "dimension", "baseline")
 
@@ -49,7 +44,7 @@ ALERT_FAMILIES = (REGRESSION, EFFECT, P_VALUE, SAMPLES, CANNOT_JUDGE)
 _NAMES = frozenset(spec.name for spec in ALERT_FAMILIES)
 
 
-class AlertMetrics(Collector):
+class AlertMetrics(PreparedCollector):
     """The notification counter (live) and the detector's gauges (prepared by ``publish``); registered as the
     ``Collector`` of those gauges, parsed back from the rendered text for ``registry.get_sample_value``."""
 
@@ -61,10 +56,8 @@ class AlertMetrics(Collector):
             ["notifier", "outcome"],
             registry=registry,
         )
+        super().__init__()
         self._lock = threading.Lock()
-        self._renderer = Renderer()
-        self._parsed: list[Metric] | None = None
-        self.rendered = Rendered()
         registry.register(self)
 
     @property
@@ -108,17 +101,4 @@ class AlertMetrics(Collector):
         gauges = [(REGRESSION, regression), (EFFECT, effect), (P_VALUE, p_value), (SAMPLES, samples),
                   (CANNOT_JUDGE, cannot_judge)]
         with self._lock:  # one cycle at a time owns the renderer's cache
-            text, openmetrics = self._renderer.render((), {}, gauges)
-        self.rendered = Rendered(text, openmetrics, gzip.compress(text, GZIP_LEVEL),
-                                 gzip.compress(openmetrics, GZIP_LEVEL))
-        self._parsed = None
-
-    def collect(self) -> Iterable[Metric]:
-        """The prepared families, parsed from the rendered text on demand; nothing while the exposition renders the
-        registry (it appends the prepared bytes itself)."""
-        if SCRAPE_IN_PROGRESS.active:
-            return []
-        parsed = self._parsed
-        if parsed is None:
-            parsed = self._parsed = list(text_string_to_metric_families(self.rendered.text.decode()))
-        return list(parsed)
+            self._set_rendered(*self._renderer.render((), {}, gauges))

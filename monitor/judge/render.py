@@ -82,9 +82,10 @@ def _dumps_compact(value: Any) -> str:
         if not value.startswith(("{", "[")):
             return value
         try:
-            value = json.loads(value)
-        except ValueError:
+            parsed = json.loads(value)
+        except (ValueError, RecursionError):
             return value
+        return _dumps_compact(parsed) if isinstance(parsed, dict | list) else value
     return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
 
 
