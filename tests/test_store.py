@@ -22,9 +22,23 @@ POSTGRES_URL = os.environ.get("RUBRIC_MONITOR_TEST_POSTGRES_URL")
 
 @pytest.fixture(params=["sqlite_file", "memory", "postgres"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SqlStore]:
-    if request.param == "sqlite_file":
+    backend = _open(request.param, tmp_path)
+    yield backend
+    backend.close()
+
+
+@pytest.fixture(params=["sqlite_file", "postgres"])
+def shared_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SqlStore]:
+    """A store a second replica can open too (an in-memory one lives in one process)."""
+    backend = _open(request.param, tmp_path)
+    yield backend
+    backend.close()
+
+
+def _open(kind: str, tmp_path: Path) -> SqlStore:
+    if kind == "sqlite_file":
         backend: SqlStore = SqlStore(f"sqlite:///{tmp_path / 'store.db'}")
-    elif request.param == "memory":
+    elif kind == "memory":
         backend = InMemoryStore()
     else:
         if not POSTGRES_URL:
@@ -32,8 +46,7 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SqlStore]:
                 pytest.fail("CI must provide RUBRIC_MONITOR_TEST_POSTGRES_URL")
             pytest.skip("no PostgreSQL (set RUBRIC_MONITOR_TEST_POSTGRES_URL)")
         backend = SqlStore(fresh_postgres(POSTGRES_URL))
-    yield backend
-    backend.close()
+    return backend
 
 
 def span(span_id: str, trace: str = "t1", at: float = 0, conversation: str | None = None) -> SpanRecord:
@@ -241,9 +254,8 @@ def test_a_result_lands_in_its_hours_rollups_once_with_its_dimensions_and_outbox
     assert store.rollup_sums(past, hour) == kept
 
 
-def test_replicas_recording_into_the_same_rollup_rows_at_once_lose_no_count(store: SqlStore) -> None:
-    if store.url.endswith(":memory:"):
-        pytest.skip("an in-memory store has no second replica")
+def test_replicas_recording_into_the_same_rollup_rows_at_once_lose_no_count(shared_store: SqlStore) -> None:
+    store = shared_store
     replica = SqlStore(store.url)
     now = datetime.now(UTC)
     dims = (3,) * 10
