@@ -11,8 +11,26 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.conftest import REPO
 from tests.fakes.openai_server import Recorded, Reply, completion
+
+
+def require_postgres() -> str:
+    """The test PostgreSQL's URL (``RUBRIC_MONITOR_TEST_POSTGRES_URL``); without one the test is skipped, or fails
+    in CI, which must provide it."""
+    url = os.environ.get("RUBRIC_MONITOR_TEST_POSTGRES_URL")
+    if not url:
+        if os.environ.get("RUBRIC_MONITOR_REQUIRE_TOOLS") == "1":
+            pytest.fail("CI must provide RUBRIC_MONITOR_TEST_POSTGRES_URL")
+        pytest.skip("no PostgreSQL (set RUBRIC_MONITOR_TEST_POSTGRES_URL)")
+    return url
+
+
+def store_test_url(backend: str, tmp_path: Path) -> str:
+    """A new, empty store for ``backend`` ("sqlite" or "postgres")."""
+    return f"sqlite:///{tmp_path / 'results.db'}" if backend == "sqlite" else fresh_postgres(require_postgres())
 
 
 def fresh_postgres(url: str) -> str:

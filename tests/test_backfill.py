@@ -22,23 +22,16 @@ from monitor.settings import Settings
 from tests.conftest import REPO
 from tests.fakes.openai_server import ScriptedOpenAIServer
 from tests.fleet import case_of, results_count, slow_verdict, wait_until, write_conversations
-from tests.helpers import fresh_postgres, judge_config, write_config
+from tests.helpers import judge_config, store_test_url, write_config
 from tools.tau_to_otlp import DEFAULT_START, RECORD_SPACING
 
-POSTGRES_URL = os.environ.get("RUBRIC_MONITOR_TEST_POSTGRES_URL")
 PRICES = {"judge-model": {"input_per_million": 1000.0, "output_per_million": 0.0}}
 """100 prompt tokens per scripted reply: $0.10 per evaluation."""
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'results.db'}"
-    if not POSTGRES_URL:
-        if os.environ.get("RUBRIC_MONITOR_REQUIRE_TOOLS") == "1":
-            pytest.fail("CI must provide RUBRIC_MONITOR_TEST_POSTGRES_URL")
-        pytest.skip("no PostgreSQL (set RUBRIC_MONITOR_TEST_POSTGRES_URL)")
-    return fresh_postgres(POSTGRES_URL)
+    return store_test_url(request.param, tmp_path)
 
 
 def config(tmp_path: Path, judge_url: str, store_url: str) -> dict[str, Any]:

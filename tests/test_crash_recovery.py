@@ -8,7 +8,6 @@ clean run until every expected row is there.
 from __future__ import annotations
 
 import json
-import os
 import random
 import signal
 import time
@@ -26,11 +25,10 @@ from monitor.store import SqlStore
 from monitor.store.base import bucket_of
 from tests.conftest import REPO
 from tests.fakes.openai_server import Recorded, Reply, ScriptedOpenAIServer
-from tests.helpers import SEED_PASS_SCORES, fresh_postgres, judge_config, verdict, write_config
+from tests.helpers import SEED_PASS_SCORES, judge_config, store_test_url, verdict, write_config
 from tests.test_daemon import Daemon, free_port, wait_for
 from tools.chat_to_otlp import chat_record_to_spans
 
-POSTGRES_URL = os.environ.get("RUBRIC_MONITOR_TEST_POSTGRES_URL")
 KILLS = 5
 CONVERSATIONS = 4
 TURNS = 12
@@ -79,14 +77,7 @@ class Rows:
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])
 def test_kill_9_during_turn_level_scoring_loses_and_doubles_nothing(tmp_path: Path, backend: str) -> None:
-    if backend == "postgres":
-        if not POSTGRES_URL:
-            if os.environ.get("RUBRIC_MONITOR_REQUIRE_TOOLS") == "1":
-                pytest.fail("CI must provide RUBRIC_MONITOR_TEST_POSTGRES_URL")
-            pytest.skip("no PostgreSQL (set RUBRIC_MONITOR_TEST_POSTGRES_URL)")
-        url = fresh_postgres(POSTGRES_URL)
-    else:
-        url = f"sqlite:///{tmp_path / 'results.db'}"
+    url = store_test_url(backend, tmp_path)
     (tmp_path / "traces").mkdir()
     write_traces(tmp_path / "traces" / "chats.jsonl")
     (tmp_path / "rubrics").mkdir()

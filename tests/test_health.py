@@ -3,7 +3,6 @@ ready when the store or the source is unreachable (SQLite and PostgreSQL)."""
 
 from __future__ import annotations
 
-import os
 import shutil
 from collections.abc import Callable, Iterator
 from datetime import timedelta
@@ -21,10 +20,8 @@ from monitor.models import utc_now
 from monitor.settings import Settings
 from tests.conftest import REPO
 from tests.fakes.openai_server import ScriptedOpenAIServer
-from tests.helpers import SEED_PASS_SCORES, judge_config, verdict
+from tests.helpers import SEED_PASS_SCORES, judge_config, require_postgres, verdict
 from tests.test_daemon import get
-
-POSTGRES_URL = os.environ.get("RUBRIC_MONITOR_TEST_POSTGRES_URL")
 
 
 def serve(health: HealthState, ready: Callable[[], str | None] = lambda: None) -> MonitorHTTPServer:
@@ -93,12 +90,9 @@ def test_readyz_fails_while_the_source_cannot_be_read(workdir: Path) -> None:
 
 
 def test_readyz_fails_while_the_store_is_unreachable(workdir: Path) -> None:
-    if not POSTGRES_URL:
-        if os.environ.get("RUBRIC_MONITOR_REQUIRE_TOOLS") == "1":
-            pytest.fail("CI must provide RUBRIC_MONITOR_TEST_POSTGRES_URL")
-        pytest.skip("no PostgreSQL (set RUBRIC_MONITOR_TEST_POSTGRES_URL)")
-    admin = sqlalchemy.create_engine(POSTGRES_URL, isolation_level="AUTOCOMMIT")
-    url = sqlalchemy.make_url(POSTGRES_URL).set(database="rm_health_probe")
+    postgres = require_postgres()
+    admin = sqlalchemy.create_engine(postgres, isolation_level="AUTOCOMMIT")
+    url = sqlalchemy.make_url(postgres).set(database="rm_health_probe")
     with admin.connect() as conn:
         conn.exec_driver_sql("DROP DATABASE IF EXISTS rm_health_probe WITH (FORCE)")
         conn.exec_driver_sql("CREATE DATABASE rm_health_probe")

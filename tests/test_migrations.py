@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
@@ -18,23 +17,15 @@ from monitor.models import DimensionScore, EvaluationResult, SpanRecord
 from monitor.store import SqlStore, migrate
 from monitor.store.sql import metadata
 from tests.conftest import REPO
-from tests.helpers import fresh_postgres, judge_config, run_cli, write_config
+from tests.helpers import fresh_postgres, judge_config, require_postgres, run_cli, write_config
 from tests.legacy import store_0_1_0 as legacy
 
-POSTGRES_URL = os.environ.get("RUBRIC_MONITOR_TEST_POSTGRES_URL")
 T0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
 def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'store.db'}"
-        return
-    if not POSTGRES_URL:
-        if os.environ.get("RUBRIC_MONITOR_REQUIRE_TOOLS") == "1":
-            pytest.fail("CI must provide RUBRIC_MONITOR_TEST_POSTGRES_URL")
-        pytest.skip("no PostgreSQL (set RUBRIC_MONITOR_TEST_POSTGRES_URL)")
-    yield fresh_postgres(POSTGRES_URL)
+    yield f"sqlite:///{tmp_path / 'store.db'}" if request.param == "sqlite" else fresh_postgres(require_postgres())
 
 
 def schema_diff(url: str) -> list[Any]:

@@ -8,7 +8,6 @@ conversations were taken over once its lease expired.
 
 from __future__ import annotations
 
-import os
 import time
 from collections import Counter
 from datetime import UTC, datetime, timedelta
@@ -31,19 +30,14 @@ from tests.fleet import (
     wait_until,
     write_conversations,
 )
-from tests.helpers import fresh_postgres, run_cli
+from tests.helpers import fresh_postgres, require_postgres, run_cli
 from tests.test_daemon import free_port
 
-POSTGRES_URL = os.environ.get("RUBRIC_MONITOR_TEST_POSTGRES_URL")
 T0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
 
 
 def postgres_url() -> str:
-    if not POSTGRES_URL:
-        if os.environ.get("RUBRIC_MONITOR_REQUIRE_TOOLS") == "1":
-            pytest.fail("CI must provide RUBRIC_MONITOR_TEST_POSTGRES_URL")
-        pytest.skip("no PostgreSQL (set RUBRIC_MONITOR_TEST_POSTGRES_URL)")
-    return fresh_postgres(POSTGRES_URL)
+    return fresh_postgres(require_postgres())
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

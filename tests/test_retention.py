@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
@@ -14,9 +13,8 @@ from monitor.models import DimensionScore, EvaluationResult, SpanRecord
 from monitor.store import SqlStore
 from monitor.store.base import RetentionPolicy
 from monitor.store.retention import compacted
-from tests.helpers import fresh_postgres
+from tests.helpers import fresh_postgres, require_postgres
 
-POSTGRES_URL = os.environ.get("RUBRIC_MONITOR_TEST_POSTGRES_URL")
 DAY0 = datetime(2026, 1, 10, 12, 0, tzinfo=UTC)
 
 
@@ -24,12 +22,8 @@ DAY0 = datetime(2026, 1, 10, 12, 0, tzinfo=UTC)
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SqlStore]:
     if request.param == "sqlite":
         url = f"sqlite:///{tmp_path / 'store.db'}"
-    elif POSTGRES_URL:
-        url = fresh_postgres(POSTGRES_URL)
-    elif os.environ.get("RUBRIC_MONITOR_REQUIRE_TOOLS") == "1":
-        pytest.fail("CI must provide RUBRIC_MONITOR_TEST_POSTGRES_URL")
     else:
-        pytest.skip("no PostgreSQL (set RUBRIC_MONITOR_TEST_POSTGRES_URL)")
+        url = fresh_postgres(require_postgres())
     backend = SqlStore(url)
     yield backend
     backend.close()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, date, datetime, timedelta
@@ -14,10 +13,9 @@ from monitor.models import DimensionScore, EvaluationResult, SpanRecord
 from monitor.rollups import WindowTotals, parse_window
 from monitor.store import InMemoryStore, SqlStore
 from monitor.store.base import RollupKey, RollupSums, bucket_of
-from tests.helpers import fresh_postgres
+from tests.helpers import fresh_postgres, require_postgres
 
 T0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
-POSTGRES_URL = os.environ.get("RUBRIC_MONITOR_TEST_POSTGRES_URL")
 
 
 @pytest.fixture(params=["sqlite_file", "memory", "postgres"])
@@ -41,11 +39,7 @@ def _open(kind: str, tmp_path: Path) -> SqlStore:
     elif kind == "memory":
         backend = InMemoryStore()
     else:
-        if not POSTGRES_URL:
-            if os.environ.get("RUBRIC_MONITOR_REQUIRE_TOOLS") == "1":
-                pytest.fail("CI must provide RUBRIC_MONITOR_TEST_POSTGRES_URL")
-            pytest.skip("no PostgreSQL (set RUBRIC_MONITOR_TEST_POSTGRES_URL)")
-        backend = SqlStore(fresh_postgres(POSTGRES_URL))
+        backend = SqlStore(fresh_postgres(require_postgres()))
     return backend
 
 

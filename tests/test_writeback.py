@@ -4,7 +4,6 @@ restart; and to a local stand-in for the Application Insights ingestion endpoint
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -16,21 +15,14 @@ from monitor.settings import Settings
 from tests.conftest import REPO
 from tests.fakes.openai_server import ScriptedOpenAIServer
 from tests.fakes.telemetry import AppInsightsIngestion, OtlpLogsReceiver
-from tests.helpers import SEED_PASS_SCORES, fresh_postgres, judge_config, verdict
+from tests.helpers import SEED_PASS_SCORES, judge_config, store_test_url, verdict
 
-POSTGRES_URL = os.environ.get("RUBRIC_MONITOR_TEST_POSTGRES_URL")
 CONVERSATIONS = {"conv-booking-ok", "conv-party-too-big", "conv-cancel"}
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'results.db'}"
-    if not POSTGRES_URL:
-        if os.environ.get("RUBRIC_MONITOR_REQUIRE_TOOLS") == "1":
-            pytest.fail("CI must provide RUBRIC_MONITOR_TEST_POSTGRES_URL")
-        pytest.skip("no PostgreSQL (set RUBRIC_MONITOR_TEST_POSTGRES_URL)")
-    return fresh_postgres(POSTGRES_URL)
+    return store_test_url(request.param, tmp_path)
 
 
 def monitor(tmp_path: Path, judge_url: str, store_url: str, writeback: dict[str, Any]) -> Monitor:
