@@ -46,7 +46,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.exposition import choose_encoder
 
 from monitor.evaluators.prompts import PROMPT_VERSION
-from monitor.exposition import Exposition, _names_unescaped
+from monitor.exposition import Exposition, names_unescaped
 from monitor.health import HealthState, MonitorHTTPServer
 from monitor.metrics import MonitorMetrics
 from monitor.models import DimensionScore, EvaluationResult
@@ -324,12 +324,12 @@ def measure(url: str, size: int, records: int) -> dict[str, Any]:
             scrape_cpu[kind].append(time.process_time() - cpu)
         # The daemon's own series in OpenMetrics as rendered now, and with prometheus_client's default escaping
         # (``underscores``) as they were rendered before: the same bytes.
-        for kind, encoder in (("live_openmetrics", _names_unescaped(openmetrics_encoder)),
+        for kind, encoder in (("live_openmetrics", names_unescaped(openmetrics_encoder)),
                               ("live_openmetrics_underscores", openmetrics_encoder)):
             cpu = time.process_time()
             encoder(live)
             scrape_cpu[kind].append(time.process_time() - cpu)
-    assert _names_unescaped(openmetrics_encoder)(live) == openmetrics_encoder(live)
+    assert names_unescaped(openmetrics_encoder)(live) == openmetrics_encoder(live)
     server = MonitorHTTPServer("127.0.0.1", 0, exposition, HealthState(interval=timedelta(seconds=60)),
                                lambda: None)
     server.start()

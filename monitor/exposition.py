@@ -74,7 +74,7 @@ class Exposition:
 
     def scrape(self, accept: str = "", accept_encoding: str = "") -> Scrape:
         encoder, content_type = choose_encoder(accept)
-        live = _names_unescaped(encoder)(self._live)  # anything with collect() is a registry to it
+        live = names_unescaped(encoder)(self._live)  # anything with collect() is a registry to it
         rendered = [p.rendered for p in self._prepared]
         openmetrics = content_type.startswith("application/openmetrics-text")
         gzipped = "gzip" in accept_encoding.lower()
@@ -92,7 +92,7 @@ class Exposition:
         return Scrape(parts, content_type, "gzip" if gzipped else None)
 
 
-def _names_unescaped(encoder: Callable[..., bytes]) -> Callable[..., bytes]:
+def names_unescaped(encoder: Callable[..., bytes]) -> Callable[..., bytes]:
     """The OpenMetrics encoder with the escaping scheme ``underscores`` (the default) swapped for ``allow-utf-8``.
 
     Both write a legal Prometheus name unchanged, and every name here is one (promtool checks them), so the bytes
