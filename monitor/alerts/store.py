@@ -1,8 +1,9 @@
 """What regression alerts read from and keep in the result store.
 
-Reads are aggregates (counts per configuration and segment, computed by the database), so a cycle costs the same
-for a quiet agent and a busy one. Writes (lifecycle state, events, the notification outbox) happen in one
-transaction per cycle: a restart finds either all of a transition or none of it.
+The windows' counts are kept between cycles (``monitor/alerts/windows.py``): a cycle fetches only the results it has
+not seen, so its cost follows the results recorded since the last one, not those of the baseline period. Writes
+(lifecycle state, events, the notification outbox) happen in one transaction per cycle: a restart finds either all
+of a transition or none of it.
 """
 
 from __future__ import annotations
@@ -13,15 +14,15 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import and_, case, func, insert, select, update
+from sqlalchemy import and_, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
-from monitor.alerts.detector import Counts, JudgeConfig, SeriesCounts, without_cyclic_gc
+from monitor.alerts.detector import JudgeConfig, SeriesCounts, without_cyclic_gc
+from monitor.alerts.windows import WindowCounts
 from monitor.store.sql import (
     SqlStore,
     alert_events_table,
     alert_states_table,
-    dimensions_table,
     notification_outbox_table,
     results_table,
 )
@@ -65,6 +66,7 @@ class OutboxItem:
 class AlertStore:
     def __init__(self, store: SqlStore) -> None:
         self._store = store
+        self._windows = WindowCounts()
 
     # reads -------------------------------------------------------------------------------------------------------
 
@@ -75,84 +77,14 @@ class AlertStore:
                       ) -> list[tuple[str, list[SeriesCounts]]]:
         """Per window (name, seconds) and per (rubric, agent, configuration, agent version) with results in it:
         the counts of current (not superseded) results inside the window (``current``) and in the baseline period
-        before it.
-
-        One query over results and one over dimension scores, for every window at once: each window's two sides
-        are columns (and a dimension's five scores too), so a cycle at 100 rubrics x 20 agents x 10 dimensions
-        reads ~20,000 rows instead of ~400,000 (a row per window, side, dimension and score)."""
-        with without_cyclic_gc():
-            return self._window_counts(windows, baseline_seconds, now)
-
-    def _window_counts(self, windows: Sequence[tuple[str, float]], baseline_seconds: float, now: datetime
-                       ) -> list[tuple[str, list[SeriesCounts]]]:
-        r, d = results_table.c, dimensions_table.c
+        before it. Kept between calls (``monitor/alerts/windows.py``): a call reads the ids of the results the
+        windows hold and fetches only those it has not seen."""
         until = now.timestamp()
-        sides = []  # per window: the condition of its current side, then of its baseline side
-        earliest = until
-        for _, seconds in windows:
-            start = until - seconds
-            since = start - baseline_seconds
-            sides += [r.evaluated_ts >= start, and_(r.evaluated_ts >= since, r.evaluated_ts < start)]
-            earliest = min(earliest, since)
-        config = (r.rubric, r.agent, r.rubric_version, func.coalesce(r.judge_model, ""),
-                  func.coalesce(r.prompt_version, ""), r.agent_version)
-        judge_error = and_(r.outcome == "unscored", r.unscored_reason.like("judge_error%"))
-        where = and_(r.current.is_(True), r.evaluated_ts >= earliest, r.evaluated_ts <= until)
-
-        def count(*conditions: Any) -> Any:
-            return func.sum(case((and_(*conditions), 1), else_=0))
-
-        per_side = [(count(side, r.outcome == "pass"), count(side, r.outcome == "fail"),
-                     count(side, r.outcome == "unscored"), count(side, judge_error),
-                     func.min(case((side, r.evaluated_ts))), func.max(case((side, r.evaluated_ts))))
-                    for side in sides]
-        scores = [count(side, d.score == score) for side in sides for score in range(1, 6)]
-        found: dict[tuple[Any, ...], list[Counts | None]] = {}
-        """Per configuration: the Counts of each side of each window that holds any of its results."""
-        with self._store.transaction() as conn:
-            totals = conn.execute(select(*config, *(c for side in per_side for c in side))
-                                  .where(where).group_by(*config)).all()
-            by_dimension = conn.execute(
-                select(*config, d.dimension, *scores)
-                .select_from(dimensions_table.join(results_table, d.result_id == r.id))
-                .where(and_(where, d.current.is_(True)))
-                .group_by(*config, d.dimension)
-            ).all()
-        for row in totals:
-            slots: list[Counts | None] = []
-            for offset in range(6, 6 + 6 * len(sides), 6):
-                passed, failed, unscored, judge_errors, first, last = row[offset:offset + 6]
-                if first is None:
-                    slots.append(None)  # none of its results on this side
-                    continue
-                slots.append(Counts(passed=int(passed), failed=int(failed), unscored=int(unscored),
-                                    judge_errors=int(judge_errors), first_ts=float(first), last_ts=float(last)))
-            found[tuple(row[:6])] = slots
-        ends = [(index, 7 + 5 * index, 12 + 5 * index) for index in range(len(sides))]
-        for row in by_dimension:
-            held = found.get(tuple(row[:6]))
-            if held is None:
-                continue
-            dimension = str(row[6])
-            for index, first_score, end in ends:
-                counts = held[index]
-                if counts is not None:
-                    by_score = row[first_score:end]  # integers already: sums of integers
-                    if any(by_score):
-                        counts.dimensions[dimension] = list(by_score)
-        out: list[tuple[str, list[SeriesCounts]]] = []
-        for index, (name, _) in enumerate(windows):
-            series = []
-            for k, slots in found.items():
-                current, baseline = slots[2 * index], slots[2 * index + 1]
-                if current is None and baseline is None:
-                    continue  # no result in this window or its baseline: not a series of this window
-                series.append(SeriesCounts(
-                    rubric=str(k[0]), agent=str(k[1]), config=JudgeConfig(str(k[2]), str(k[3]), str(k[4])),
-                    agent_version=None if k[5] is None else str(k[5]), current=current or Counts(),
-                    baseline=baseline or Counts()))
-            out.append((name, series))
-        return out
+        earliest = until - max(seconds for _, seconds in windows) - baseline_seconds
+        with without_cyclic_gc():
+            with self._store.transaction() as conn:
+                self._windows.refresh(conn, earliest, until)
+            return self._windows.count(windows, baseline_seconds, until)
 
     def examples(self, rubric: str, agent: str, config: JudgeConfig | None, since: float, limit: int = 5
                  ) -> list[Example]:

@@ -22,6 +22,7 @@ from sqlalchemy import (
     ColumnElement,
     Connection,
     Float,
+    Index,
     Integer,
     MetaData,
     Select,
@@ -109,7 +110,7 @@ results_table = Table(
     Column("rubric_version", Text, nullable=False),
     Column("turn_key", Integer, nullable=False),  # -1 for a whole-conversation verdict
     Column("revision", Integer, nullable=False),
-    Column("current", Boolean, nullable=False, index=True),
+    Column("current", Boolean, nullable=False),
     Column("agent", Text, nullable=False),
     Column("outcome", String(16), nullable=False),
     Column("score", Float),
@@ -123,6 +124,12 @@ results_table = Table(
     Column("unscored_reason", Text),
     UniqueConstraint("conversation_id", "rubric", "rubric_version", "turn_key", "revision", name="uq_result"),
 )
+# The current results of a time range (the alert windows read theirs every cycle, examples and ``results`` newest
+# first): a partial index holds only current ones, and the id is in every index entry, so reading the ids of a range
+# never reads the table. A query uses it when it says ``current IS true`` as the index does (``current.is_(True)``).
+CURRENT_BY_TIME = Index("ix_results_current_evaluated_ts", results_table.c.evaluated_ts,
+                        sqlite_where=results_table.c.current.is_(True),
+                        postgresql_where=results_table.c.current.is_(True))
 dimensions_table = Table(
     "result_dimensions", metadata,
     Column("result_id", Integer, primary_key=True),
