@@ -15,7 +15,13 @@ from prometheus_client.parser import text_string_to_metric_families
 from monitor.alerts.detector import Counts, DetectorSettings, JudgeConfig, SeriesCounts, detect
 from monitor.alerts.lifecycle import AlertState
 from monitor.alerts.metrics import AlertMetrics
-from monitor.alerts.stats import benjamini_hochberg, mann_whitney_drop, mann_whitney_drops
+from monitor.alerts.stats import (
+    benjamini_hochberg,
+    mann_whitney_drop,
+    mann_whitney_drops,
+    two_proportion_drop,
+    two_proportion_drops,
+)
 from tests import reference_detector
 
 SCORES = st.lists(st.integers(0, 60), min_size=5, max_size=5)
@@ -100,6 +106,20 @@ def test_batched_mann_whitney_equals_the_scalar_test(pairs: list[tuple[list[int]
     tests, baseline_means = mann_whitney_drops([p[0] for p in pairs], [p[1] for p in pairs])
     assert tests == [mann_whitney_drop(now, before) for now, before in pairs]
     assert baseline_means == [sum((s + 1) * c for s, c in enumerate(b)) / sum(b) for _, b in pairs]
+
+
+PROPORTION = st.integers(0, 3000).flatmap(lambda n: st.tuples(st.integers(0, n), st.just(n)))
+"""(passed, n), all-pass and all-fail included."""
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.one_of(PROPORTION, st.just((2**25 + 3, 2**25 + 9))), PROPORTION),
+                min_size=1, max_size=60))
+def test_batched_two_proportion_tests_equal_the_scalar_test(pairs: list[tuple[tuple[int, int], tuple[int, int]]]
+                                                            ) -> None:
+    """Bit for bit, at every size (past 2**25 evaluations a side through the scalar one)."""
+    counts = [(x1, n1, x0, n0) for (x1, n1), (x0, n0) in pairs if n1 and n0]  # the detector tests n >= 1
+    assert two_proportion_drops(counts) == [two_proportion_drop(*c) for c in counts]
 
 
 def test_batched_mann_whitney_when_every_score_ties() -> None:

@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Literal, NamedTuple
 
-from monitor.alerts.stats import TestResult, benjamini_hochberg, mann_whitney_drops, two_proportion_drop
+from monitor.alerts.stats import TestResult, benjamini_hochberg, mann_whitney_drops, two_proportion_drops
 
 Kind = Literal["pass_rate", "dimension_mean"]
 Baseline = Literal["trailing", "previous_version"]
@@ -256,13 +256,17 @@ def _detect(windows: Sequence[tuple[str, Sequence[SeriesCounts]]], settings: Det
 
 
 class _Cycle:
-    """The verdicts of one detection as they are made, and what is left to compute once they all are: the
-    Mann-Whitney tests (run together: ``mann_whitney_drops`` runs tens of thousands as arrays), the attribution of
-    pass-rate verdicts (from their dimensions' results), and the false discovery control over every test."""
+    """The verdicts of one detection as they are made, and what is left to compute once they all are: the tests
+    (run together as arrays: ``two_proportion_drops`` for pass rates, ``mann_whitney_drops`` for the tens of
+    thousands of dimensions), the attribution of pass-rate verdicts (from their dimensions' results), and the false
+    discovery control over every test."""
 
     def __init__(self, settings: DetectorSettings) -> None:
         self.settings = settings
         self.verdicts: list[Verdict] = []
+        self.pass_rates: list[Verdict] = []
+        """Pass-rate verdicts with a test to run; ``pass_rate_counts`` their (x1, n1, x0, n0)."""
+        self.pass_rate_counts: list[tuple[int, int, int, int]] = []
         self.judged_pass_rates: list[Verdict] = []
         """Pass-rate verdicts with a test that enter the false discovery control."""
         self.tested: list[Verdict] = []
@@ -277,6 +281,8 @@ class _Cycle:
 
     def judge(self) -> None:
         settings = self.settings
+        for verdict, test in zip(self.pass_rates, two_proportion_drops(self.pass_rate_counts), strict=True):
+            verdict.test = test
         tests, baseline_means = mann_whitney_drops(self.current, self.baseline)
         pass_rate_p = [v.test.p_value for v in self.judged_pass_rates if v.test is not None]
         dimension_p = [t.p_value for t, judged in zip(tests, self.judged, strict=True) if judged]
@@ -363,13 +369,15 @@ def _series_tests(cycle: _Cycle, window: str, rubric: str, agent: str, items: Se
     verdicts, tested, queued, now_counts, before_counts = (
         cycle.verdicts, cycle.tested, cycle.judged, cycle.current, cycle.baseline)
     for baseline_name, now, before, version, previous in pairs:
-        pass_rate = _pass_rate_verdict(
-            Verdict(SeriesKey(rubric, agent, "pass_rate"), baseline_name, window, "no_verdict", config,
-                    agent_version=version, baseline_agent_version=previous, window_start_ts=start),
-            now, before, settings)
+        pass_rate = Verdict(SeriesKey(rubric, agent, "pass_rate"), baseline_name, window, "no_verdict", config,
+                            agent_version=version, baseline_agent_version=previous, window_start_ts=start)
+        tested_pass_rate = _pass_rate_verdict(pass_rate, now, before, settings)
+        if tested_pass_rate:
+            cycle.pass_rates.append(pass_rate)
+            cycle.pass_rate_counts.append((now.passed, now.scored, before.passed, before.scored))
         if why:
             pass_rate.status, pass_rate.reasons = "cannot_judge", why
-        elif pass_rate.test is not None:
+        elif tested_pass_rate:
             cycle.judged_pass_rates.append(pass_rate)
         verdicts.append(pass_rate)
         first = len(verdicts)
@@ -389,7 +397,7 @@ def _series_tests(cycle: _Cycle, window: str, rubric: str, agent: str, items: Se
             else:
                 verdict.current_value, verdict.baseline_value = _mean(counts_now), _mean(counts_before)
                 verdict.reasons = too_few
-        if pass_rate.test is not None:
+        if tested_pass_rate:
             cycle.attributions.append((pass_rate, verdicts[first:]))
 
 
@@ -430,7 +438,8 @@ def _baseline_pairs(same: Sequence[SeriesCounts]
     return pairs
 
 
-def _pass_rate_verdict(verdict: Verdict, now: Counts, before: Counts, settings: DetectorSettings) -> Verdict:
+def _pass_rate_verdict(verdict: Verdict, now: Counts, before: Counts, settings: DetectorSettings) -> bool:
+    """Fill in the sample sizes and values; whether there are enough for a test (run with the cycle's others)."""
     verdict.current_n, verdict.baseline_n = now.scored, before.scored
     if now.scored:
         verdict.current_value = now.passed / now.scored
@@ -438,9 +447,8 @@ def _pass_rate_verdict(verdict: Verdict, now: Counts, before: Counts, settings: 
         verdict.baseline_value = before.passed / before.scored
     if now.scored < settings.min_samples or before.scored < settings.min_samples:
         verdict.reasons = (f"too few evaluations (need {settings.min_samples} on each side)",)
-        return verdict
-    verdict.test = two_proportion_drop(now.passed, now.scored, before.passed, before.scored)
-    return verdict
+        return False
+    return True
 
 
 _NONE = (0, 0, 0, 0, 0)
