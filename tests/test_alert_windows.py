@@ -151,8 +151,8 @@ def run_steps(url: str, seed: int, steps: list[tuple[str, int | float]]) -> None
 @pytest.mark.parametrize("spare", [100, 0], ids=["kept", "forgotten"])
 def test_kept_counts_equal_a_hand_count_at_every_cycle_on_sqlite(spare: int, monkeypatch: pytest.MonkeyPatch
                                                                   ) -> None:
-    """With ``spare`` 0 the configurations no longer held are forgotten (and the rest renumbered) at every cycle
-    that drops a result."""
+    """With ``spare`` 0 the configurations no longer held are forgotten (and the rest renumbered) as soon as they
+    outnumber those held; with the default never, at this size."""
     monkeypatch.setattr(windows, "_SPARE_KEYS", spare)
     compactions: list[int] = []
     compact = windows.WindowCounts._compact
