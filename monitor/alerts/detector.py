@@ -267,8 +267,8 @@ class _Cycle:
         self.pass_rates: list[Verdict] = []
         """Pass-rate verdicts with a test to run; ``pass_rate_counts`` their (x1, n1, x0, n0)."""
         self.pass_rate_counts: list[tuple[int, int, int, int]] = []
-        self.judged_pass_rates: list[Verdict] = []
-        """Pass-rate verdicts with a test that enter the false discovery control."""
+        self.pass_rate_judged: list[bool] = []
+        """Per ``pass_rates``: whether it enters the false discovery control."""
         self.tested: list[Verdict] = []
         """Dimension verdicts with a test to run (those of series that cannot be judged too: their values show)."""
         self.judged: list[bool] = []
@@ -281,19 +281,19 @@ class _Cycle:
 
     def judge(self) -> None:
         settings = self.settings
-        for verdict, test in zip(self.pass_rates, two_proportion_drops(self.pass_rate_counts), strict=True):
-            verdict.test = test
+        pass_rate_tests = two_proportion_drops(self.pass_rate_counts)
         tests, baseline_means = mann_whitney_drops(self.current, self.baseline)
-        pass_rate_p = [v.test.p_value for v in self.judged_pass_rates if v.test is not None]
+        pass_rate_p = [t.p_value for t, judged in zip(pass_rate_tests, self.pass_rate_judged, strict=True) if judged]
         dimension_p = [t.p_value for t, judged in zip(tests, self.judged, strict=True) if judged]
         # The order of the p-values does not change a q-value (ties get the same one): pass rates, then dimensions.
         adjusted = benjamini_hochberg(pass_rate_p + dimension_p)
-        for verdict, q in zip(self.judged_pass_rates, adjusted[:len(pass_rate_p)], strict=True):
-            assert verdict.test is not None
-            verdict.q_value = q
-            significant = q <= settings.fdr_q and verdict.test.effect <= -settings.min_effect_pass_rate
-            verdict.status = "regression" if significant else "ok"
-        q_values = iter(adjusted[len(pass_rate_p):])
+        q_values = iter(adjusted)
+        for verdict, test, judged in zip(self.pass_rates, pass_rate_tests, self.pass_rate_judged, strict=True):
+            verdict.test = test
+            if judged:
+                verdict.q_value = q = next(q_values)
+                significant = q <= settings.fdr_q and test.effect <= -settings.min_effect_pass_rate
+                verdict.status = "regression" if significant else "ok"
         fdr_q, dropped_by = settings.fdr_q, -settings.min_effect_dimension  # a regression's effect is at most this
         for verdict, test, baseline, judged in zip(self.tested, tests, baseline_means, self.judged, strict=True):
             verdict.test = test
@@ -375,10 +375,9 @@ def _series_tests(cycle: _Cycle, window: str, rubric: str, agent: str, items: Se
         if tested_pass_rate:
             cycle.pass_rates.append(pass_rate)
             cycle.pass_rate_counts.append((now.passed, now.scored, before.passed, before.scored))
+            cycle.pass_rate_judged.append(judged)
         if why:
             pass_rate.status, pass_rate.reasons = "cannot_judge", why
-        elif tested_pass_rate:
-            cycle.judged_pass_rates.append(pass_rate)
         verdicts.append(pass_rate)
         first = len(verdicts)
         now_dimensions, before_dimensions = now.dimensions, before.dimensions

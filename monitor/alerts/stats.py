@@ -122,14 +122,21 @@ def two_proportion_drops(counts: Sequence[tuple[int, int, int, int]]) -> list[Te
     shrunk = np.where(difference < -correction, difference + correction,
                       np.where(difference > correction, difference - correction, 0.0))
     positive = variance > 0
-    tail = (-shrunk / np.sqrt(np.where(positive, variance, 1.0))) / math.sqrt(2.0)  # normal_sf's argument
-    erfc = math.erfc
-    tests = [TestResult(e, 0.5 * erfc(t) if v else (1.0 if e >= 0 else 0.0), lo, hi)
-             for e, t, v, lo, hi in zip(difference.tolist(), tail.tolist(), positive.tolist(), lower.tolist(),
-                                        upper.tolist(), strict=True)]
+    z = -shrunk / np.sqrt(np.where(positive, variance, 1.0))
+    tests = _test_results(difference, z, positive, lower, upper)
     for index in np.flatnonzero(~exact).tolist():
         tests[index] = two_proportion_drop(*counts[index])
     return tests
+
+
+def _test_results(effect: Floats, z: Floats, tested: npt.NDArray[np.bool_], low: Floats, high: Floats
+                  ) -> list[TestResult]:
+    """The batched tests' results, as the scalar ones make them: p = ``normal_sf(z)`` where the variance is
+    positive (``tested``), else 1.0 for no drop and 0.0 for a drop. numpy has no erfc: it is taken per test."""
+    erfc, root2 = math.erfc, math.sqrt(2.0)
+    return [TestResult(e, 0.5 * erfc(t) if v else (1.0 if e >= 0 else 0.0), lo, hi)
+            for e, t, v, lo, hi in zip(effect.tolist(), (z / root2).tolist(), tested.tolist(), low.tolist(),
+                                       high.tolist(), strict=True)]
 
 
 def mann_whitney_u(current: Sequence[int], baseline: Sequence[int]) -> float:
@@ -218,12 +225,7 @@ def mann_whitney_drops(current: Sequence[Sequence[int]], baseline: Sequence[Sequ
     low, high = effect - Z95 * standard_error, effect + Z95 * standard_error
     positive = variance > 0
     z = (u - n1 * n0 / 2 + 0.5) / np.sqrt(np.where(positive, variance, 1.0))
-    tail = -z / math.sqrt(2.0)  # normal_sf(-z), whose erfc numpy has not: taken per test below
-    erfc = math.erfc
-    tests = [
-        TestResult(e, 0.5 * erfc(t) if p else (1.0 if e >= 0 else 0.0), lo, hi)
-        for e, t, p, lo, hi in zip(effect.tolist(), tail.tolist(), positive.tolist(), low.tolist(), high.tolist(),
-                                   strict=True)]
+    tests = _test_results(effect, -z, positive, low, high)
     means = mean0.tolist()
     if not exact.all():
         for index in np.flatnonzero(~exact).tolist():

@@ -70,7 +70,8 @@ class WindowCounts:
         """(key index, dimension) → pair index: a dimension's scores are counted per configuration."""
         self._pair_list: list[tuple[int, str]] = []
         self._laid_out: _Layout | None = None
-        # One entry per result held (r_*) and per dimension score of those results (d_*).
+        # One entry per result held (r_*) and per dimension score of those results (d_*). A score repeats its
+        # result's time (d_ts): a side's scores are then one mask, with no lookup of their results per cycle.
         self.r_id: Ints = np.empty(0, np.int64)
         self.r_key: Ints = np.empty(0, np.int64)
         self.r_ts: Floats = np.empty(0, np.float64)
