@@ -202,7 +202,7 @@ def add_traffic(store: Any, rubrics: int, agents: int, dimensions: int, now: flo
     superseded (marked not current, as a new revision does)."""
     from sqlalchemy import func, insert, select, update
 
-    from monitor.store.sql import dimensions_table, results_table
+    from monitor.store.tables import dimensions_table, results_table
 
     with store._store.transaction() as conn:
         number = int(conn.execute(select(func.max(results_table.c.id))).scalar_one())
@@ -259,8 +259,8 @@ def cycle_time(rubrics: int = 100, agents: int = 20, dimensions: int = 10, repea
         metrics = AlertMetrics(registry)
         exposition = None
         try:
-            from monitor.exposition import Exposition
-            from monitor.quality import QualityMetrics
+            from monitor.metrics.exposition import Exposition
+            from monitor.metrics.quality import QualityMetrics
 
             if hasattr(metrics, "rendered"):  # prepared once per cycle: a scrape serves the bytes
                 exposition = Exposition(CollectorRegistry(), QualityMetrics([], 1), metrics)

@@ -23,7 +23,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from monitor.app import build_monitor
-from monitor.otlp import spans_to_otlp_document
+from monitor.formats.otlp import spans_to_otlp_document
 from monitor.settings import Settings
 from tests.fakes.openai_server import Recorded, Reply, ScriptedOpenAIServer
 from tests.helpers import SEED_PASS_SCORES, judge_config, verdict

@@ -21,6 +21,7 @@ from monitor.evaluators.adaptive import AdaptiveEvaluator
 from monitor.evaluators.base import EvaluationContext, Evaluator
 from monitor.evaluators.item_cache import InMemoryItemCache
 from monitor.evaluators.static import StaticMetricEvaluator
+from monitor.evaluators.versions import builtin_version
 from monitor.evaluators.weighted import WeightedEvaluator
 from monitor.judge.openai_judge import OpenAIJudge
 from monitor.metrics import MonitorMetrics
@@ -120,7 +121,7 @@ async def measure(server: ScriptedOpenAIServer) -> list[tuple[str, int, int, str
     rows = []
     try:
         for case in CASES:
-            rubric = parse_rubric(case.rubric, f"{case.rubric['name']}.yaml")
+            rubric = parse_rubric(case.rubric, f"{case.rubric['name']}.yaml", builtin_version)
             before = server.count
             [result] = await evaluators[rubric.kind].evaluate(case.conversation, rubric, context)
             if result.outcome == "unscored":

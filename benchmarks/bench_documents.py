@@ -17,7 +17,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from monitor.documents import DocumentError, load_yaml
+from monitor.formats.documents import DocumentError, load_yaml
 from tests.test_rubric_files import alias_bomb
 
 REPO = Path(__file__).resolve().parents[1]

@@ -38,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from monitor.assemble import assemble
 from monitor.errors import JudgeError
 from monitor.evaluators.base import EvaluationContext
+from monitor.evaluators.versions import builtin_version
 from monitor.evaluators.weighted import WeightedEvaluator
 from monitor.judge.openai_judge import OpenAIJudge
 from monitor.metrics import MonitorMetrics
@@ -127,7 +128,7 @@ class Outcome:
 
 async def evaluate_all(judge: OpenAIJudge, settings: JudgeSettings,
                        conversations: list[Conversation]) -> list[list[EvaluationResult] | JudgeError]:
-    rubric = parse_rubric(RUBRIC, "benchmarks/airline-service.yaml")
+    rubric = parse_rubric(RUBRIC, "benchmarks/airline-service.yaml", builtin_version)
     evaluator = WeightedEvaluator()
     context = EvaluationContext(judge=judge, settings=settings, store_content=False)
 

@@ -23,6 +23,7 @@ from monitor.evaluators.adaptive import AdaptiveEvaluator
 from monitor.evaluators.base import EvaluationContext
 from monitor.evaluators.item_cache import InMemoryItemCache
 from monitor.evaluators.static import StaticMetricEvaluator
+from monitor.evaluators.versions import builtin_version
 from monitor.evaluators.weighted import WeightedEvaluator
 from monitor.judge.base import JudgeRequest
 from monitor.judge.scripted import ScriptedJudge
@@ -68,7 +69,7 @@ async def measure(count: int) -> list[tuple[str, float, float]]:
     conversations = assemble(spans).conversations
     rows = []
     for label, fields in KINDS:
-        rubric = parse_rubric({"name": "bench", **fields}, "bench.yaml")
+        rubric = parse_rubric({"name": "bench", **fields}, "bench.yaml", builtin_version)
         judge = ScriptedJudge(_reply)
         context = EvaluationContext(judge=judge, settings=JudgeSettings())
         evaluator: Any = {"weighted": WeightedEvaluator(), "adaptive": AdaptiveEvaluator(InMemoryItemCache())

@@ -45,13 +45,13 @@ import sqlalchemy
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.exposition import choose_encoder
 
+from monitor.daemon.http import HealthState, MonitorHTTPServer
 from monitor.evaluators.prompts import PROMPT_VERSION
-from monitor.exposition import Exposition, names_unescaped
-from monitor.health import HealthState, MonitorHTTPServer
 from monitor.metrics import MonitorMetrics
+from monitor.metrics.exposition import Exposition, names_unescaped
+from monitor.metrics.quality import QualityMetrics
+from monitor.metrics.rollups import parse_window
 from monitor.models import DimensionScore, EvaluationResult
-from monitor.quality import QualityMetrics
-from monitor.rollups import parse_window
 from monitor.store.base import RollupKey, RollupSums
 from monitor.store.sql import SqlStore
 

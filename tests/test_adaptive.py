@@ -18,6 +18,7 @@ from monitor.app import build_monitor
 from monitor.errors import JudgeUnavailable
 from monitor.evaluators.adaptive import AdaptiveEvaluator
 from monitor.evaluators.item_cache import InMemoryItemCache
+from monitor.evaluators.versions import builtin_version
 from monitor.models import Conversation, EvaluationResult
 from monitor.rubrics.kinds import AdaptiveRubric
 from monitor.rubrics.loader import parse_rubric
@@ -46,7 +47,7 @@ QUESTIONS = ("Does the reply book a table for 4?", "Is it for Friday at 19:30?",
 
 
 def adaptive(**fields: Any) -> AdaptiveRubric:
-    rubric = parse_rubric({"name": "quality", "kind": "adaptive", **fields}, "rubrics/quality.yaml")
+    rubric = parse_rubric({"name": "quality", "kind": "adaptive", **fields}, "rubrics/quality.yaml", builtin_version)
     assert isinstance(rubric, AdaptiveRubric)
     return rubric
 

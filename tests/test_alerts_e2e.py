@@ -33,7 +33,7 @@ def judge(request: Recorded) -> Reply:
 
 def write_stream(directory: Path, name: str, count: int, bad: int, first: int) -> None:
     """``count`` conversations of the reservation assistant, ``bad`` of every 10 marked for the judge to fail."""
-    from monitor.otlp import spans_to_otlp_document
+    from monitor.formats.otlp import spans_to_otlp_document
 
     lines = []
     for i in range(count):

@@ -14,7 +14,7 @@ import pytest
 from azure.monitor.query import LogsQueryClient, LogsQueryResult
 
 from monitor.errors import SourceError
-from monitor.genai import ReadCache, read_input_messages
+from monitor.formats.genai import ReadCache, read_input_messages
 from monitor.models import SpanRecord
 from monitor.sources.app_insights import AppInsightsSource, RowReader, make_credential
 from monitor.sources.base import SourceBatch

@@ -17,7 +17,7 @@ import pytest
 import sqlalchemy
 from prometheus_client import CollectorRegistry
 
-from monitor.backfill import run_backfill
+from monitor.app import run_backfill
 from monitor.settings import Settings
 from tests.conftest import REPO
 from tests.fakes.openai_server import ScriptedOpenAIServer

@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
-from monitor.calibration import agreement, best_threshold, cohen_kappa, confusion, read_labels, spearman
 from monitor.cli import main
 from monitor.errors import ConfigError
 from monitor.models import EvaluationResult
+from monitor.trust.agreement import agreement, best_threshold, cohen_kappa, confusion, read_labels, spearman
 from tests.conftest import TAU_BENCH
 from tests.fakes.openai_server import Recorded, Reply, ScriptedOpenAIServer, completion
 from tests.helpers import judge_config, requested_dimensions, write_config
@@ -239,6 +239,6 @@ def test_agreement_leaves_out_unscored_and_missing_conversations_and_shifts_by_w
 
 
 def read_labels_from(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    from monitor.calibration import parse_label
+    from monitor.trust.agreement import parse_label
 
     return {row["id"]: parse_label(row, "labels") for row in rows}

@@ -18,10 +18,10 @@ import pytest
 import yaml
 
 from monitor.app import EMBEDDED_JUDGE_WARNING, Monitor, build_monitor, embedded_judge_warning
-from monitor.canary import drifting_rubrics
-from monitor.health import MonitorHTTPServer
+from monitor.daemon.http import MonitorHTTPServer
 from monitor.models import utc_now
 from monitor.settings import Settings
+from monitor.trust.canary import drifting_rubrics
 from tests.conftest import TAU_BENCH
 from tests.fakes.openai_server import Recorded, Reply, ScriptedOpenAIServer, completion
 from tests.helpers import judge_config, requested_dimensions

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from monitor import __version__
-from monitor.progress import ProgressBar
+from monitor.cli.progress import ProgressBar
 from monitor.store.sql import SqlStore
 from tests.conftest import REPO
 from tests.fakes.openai_server import Recorded, Reply, ScriptedOpenAIServer

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import yaml
 
+from monitor.evaluators.versions import builtin_version
 from monitor.rubrics.registry import RubricRegistry
 from monitor.rubrics.schema import Rubric
 
@@ -61,7 +62,7 @@ def kubelet_write(mount: Path, files: dict[str, str]) -> None:
 def test_configmap_mount_loads_each_rubric_once(tmp_path: Path) -> None:
     mount = tmp_path / "rubrics"
     kubelet_write(mount, {"support.yaml": weighted("support", "1"), "billing.yaml": weighted("billing", "1")})
-    registry = RubricRegistry(mount)
+    registry = RubricRegistry(mount, builtin_version)
     rubrics = registry.load()
     assert written(rubrics) == [("billing", "1"), ("support", "1")]
     assert {p.name for p in registry.sources().values()} == {"support.yaml", "billing.yaml"}
@@ -71,7 +72,7 @@ def test_configmap_mount_loads_each_rubric_once(tmp_path: Path) -> None:
 def test_configmap_symlink_swap_is_hot_reloaded(tmp_path: Path) -> None:
     mount = tmp_path / "rubrics"
     kubelet_write(mount, {"support.yaml": weighted("support", "1"), "billing.yaml": weighted("billing", "1")})
-    registry = RubricRegistry(mount)
+    registry = RubricRegistry(mount, builtin_version)
     registry.load()
 
     # kubectl apply of an edited ConfigMap: one rubric changes version, one is removed, one is added.

@@ -18,9 +18,9 @@ import pytest
 import sqlalchemy
 import yaml
 
-from monitor.cli import read_conversations
 from monitor.evaluators.views import reply_indices
-from monitor.otlp import spans_to_otlp_document
+from monitor.formats.input_files import read_conversations
+from monitor.formats.otlp import spans_to_otlp_document
 from monitor.store import SqlStore
 from monitor.store.base import bucket_of
 from tests.conftest import REPO

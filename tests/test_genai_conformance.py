@@ -16,14 +16,14 @@ import pytest
 import yaml
 
 from monitor.assemble import assemble
-from monitor.genai import (
+from monitor.formats.genai import (
     AttributeRead,
     read_input_messages,
     read_output_messages,
     read_system_instructions,
     read_tool_definitions,
 )
-from monitor.genai_schema import Generation, SchemaName, validate_document
+from monitor.formats.genai_schema import Generation, SchemaName, validate_document
 from monitor.models import SpanRecord
 from tests.conftest import CORPORA
 

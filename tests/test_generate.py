@@ -12,8 +12,8 @@ import yaml
 
 from monitor.cli import main
 from monitor.errors import ConfigError
-from monitor.evaluators.prompts import builtin_version
-from monitor.rubrics.generate import GenerationFailed, GenerationSources, generate_rubric
+from monitor.evaluators.generate import GenerationFailed, GenerationSources, generate_rubric
+from monitor.evaluators.versions import builtin_version
 from monitor.rubrics.loader import load_rubric_file
 from monitor.rubrics.registry import RubricRegistry
 from monitor.rubrics.schema import WeightedRubric
@@ -151,7 +151,7 @@ def test_cli_generates_then_regenerates_the_next_version(tmp_path: Path, capsys:
                 "--instructions-file", str(instructions), "--reference", str(reference)]
         assert main(args) == 0
         output = tmp_path / "rubrics" / "reservations.yaml"
-        first = load_rubric_file(output)
+        first = load_rubric_file(output, builtin_version)
         assert "Deposits of 20 EUR" in user_prompt(server.requests[0])
         assert "adjusted: policy_enforcement: weight 7 → 6" in capsys.readouterr().err
 
@@ -162,7 +162,7 @@ def test_cli_generates_then_regenerates_the_next_version(tmp_path: Path, capsys:
         assert "intent_recognition" in user_prompt(server.requests[1])
         assert "<previous_rubric" in user_prompt(server.requests[1])
     assert (first.version, isinstance(first, WeightedRubric)) == (f"1+{PROMPT}", True)
-    [again] = RubricRegistry(tmp_path / "rubrics").load()
+    [again] = RubricRegistry(tmp_path / "rubrics", builtin_version).load()
     assert isinstance(again, WeightedRubric)
     assert again.version == f"2+{PROMPT}"
     assert again.agents == ("chez-lou-*",) and again.sampling_rate == 0.5

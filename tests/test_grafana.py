@@ -24,7 +24,7 @@ import jsonschema
 import pytest
 import yaml
 
-from monitor.otlp import spans_to_otlp_document
+from monitor.formats.otlp import spans_to_otlp_document
 from tests.conftest import CORPORA, REPO, require_binary
 from tests.fakes.openai_server import Recorded, Reply, ScriptedOpenAIServer, completion
 from tests.helpers import judge_config, write_config

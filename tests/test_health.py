@@ -12,10 +12,11 @@ import pytest
 import sqlalchemy
 from prometheus_client import CollectorRegistry
 
-from monitor.app import build_monitor, readiness_problem
-from monitor.exposition import Exposition
-from monitor.health import HealthState, MonitorHTTPServer
+from monitor.app import build_monitor
+from monitor.daemon.http import HealthState, MonitorHTTPServer
+from monitor.daemon.loop import readiness_problem
 from monitor.metrics import MonitorMetrics
+from monitor.metrics.exposition import Exposition
 from monitor.models import utc_now
 from monitor.settings import Settings
 from tests.conftest import REPO

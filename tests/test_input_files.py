@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from monitor.input_files import read_input_file
-from monitor.otlp import spans_to_otlp_document
+from monitor.formats.input_files import read_input_file
+from monitor.formats.otlp import spans_to_otlp_document
 from tests.conftest import REPO
 from tests.fakes.openai_server import ScriptedOpenAIServer
 from tests.helpers import SEED_PASS_SCORES, judge_config, run_cli, verdict, write_config

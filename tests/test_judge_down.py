@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 
 from monitor.app import build_monitor
-from monitor.otlp import spans_to_otlp_document
+from monitor.formats.otlp import spans_to_otlp_document
 from monitor.settings import Settings
 from tests.conftest import REPO
 from tests.fakes.openai_server import Recorded, Reply, ScriptedOpenAIServer, error

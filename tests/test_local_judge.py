@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from monitor.app import build_monitor
+from monitor.formats.otlp import spans_to_otlp_document
 from monitor.judge.local import packaged_model_path
-from monitor.otlp import spans_to_otlp_document
 from monitor.settings import Settings
 from tests.conftest import REPO
 from tools.chat_to_otlp import chat_record_to_spans

@@ -20,13 +20,13 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import event
 
 from monitor.app import build_monitor
+from monitor.daemon.http import HealthState, MonitorHTTPServer
 from monitor.evaluators.prompts import PROMPT_VERSION
-from monitor.exposition import Exposition
-from monitor.health import HealthState, MonitorHTTPServer
 from monitor.metrics import SKIP_REASONS, MonitorMetrics
+from monitor.metrics.exposition import Exposition
+from monitor.metrics.quality import QUALITY_FAMILIES
+from monitor.metrics.rollups import WindowTotals, parse_window
 from monitor.models import DimensionScore, EvaluationResult
-from monitor.quality import QUALITY_FAMILIES
-from monitor.rollups import WindowTotals, parse_window
 from monitor.settings import Settings
 from monitor.store.base import bucket_of
 from monitor.store.sql import SqlStore

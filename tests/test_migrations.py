@@ -15,7 +15,7 @@ from alembic.runtime.migration import MigrationContext
 
 from monitor.models import DimensionScore, EvaluationResult, SpanRecord
 from monitor.store import SqlStore, migrate
-from monitor.store.sql import metadata
+from monitor.store.tables import metadata
 from tests.conftest import REPO
 from tests.helpers import fresh_postgres, judge_config, require_postgres, run_cli, write_config
 from tests.legacy import store_0_1_0 as legacy

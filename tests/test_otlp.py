@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
+from monitor.formats.otlp import parse_otlp_document, parse_otlp_line, spans_to_otlp_document
 from monitor.models import SpanEvent, SpanRecord
-from monitor.otlp import parse_otlp_document, parse_otlp_line, spans_to_otlp_document
 
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 SPAN = "00f067aa0ba902b7"

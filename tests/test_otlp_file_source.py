@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from monitor.errors import SourceError
+from monitor.formats.otlp import ParseResult, parse_otlp_line, spans_to_otlp_document
 from monitor.models import SpanRecord
-from monitor.otlp import ParseResult, parse_otlp_line, spans_to_otlp_document
 from monitor.sources.base import SourceBatch
 from monitor.sources.memory import InMemorySource
 from monitor.sources.otlp_file import OtlpFileSource

@@ -159,7 +159,7 @@ def append_late_turn(setup: Setup) -> None:
     record = dict(CHATS[0])
     record["messages"] = [*record["messages"], {"role": "user", "content": "Can you make it 8:00 pm instead?"},
                           {"role": "assistant", "content": "Sure, moved to 8:00 pm."}]
-    from monitor.otlp import spans_to_otlp_document
+    from monitor.formats.otlp import spans_to_otlp_document
 
     spans = chat_record_to_spans(record, 0)
     with (setup.tmp / "traces" / "sample.jsonl").open("a") as out:
@@ -283,7 +283,7 @@ def test_adaptive_items_survive_a_restart(setup: Setup) -> None:
         return sum(1 for r in setup.server.requests if r.body["response_format"]["json_schema"]["name"] == name)
 
     assert (calls("rubric_items"), calls("rubric_item_verdicts")) == (3, 3)
-    from monitor.otlp import spans_to_otlp_document
+    from monitor.formats.otlp import spans_to_otlp_document
 
     repeat = {**CHATS[0], "id": "conv-booking-again"}  # another user asking exactly the same thing
     with (setup.tmp / "traces" / "sample.jsonl").open("a") as out:

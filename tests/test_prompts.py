@@ -20,8 +20,9 @@ from monitor.evaluators import adaptive as adaptive_module
 from monitor.evaluators.adaptive import AdaptiveEvaluator
 from monitor.evaluators.base import EvaluationContext
 from monitor.evaluators.item_cache import InMemoryItemCache
-from monitor.evaluators.prompts import PROMPT_VERSION, builtin_version
+from monitor.evaluators.prompts import PROMPT_VERSION
 from monitor.evaluators.static import StaticMetricEvaluator
+from monitor.evaluators.versions import builtin_version
 from monitor.evaluators.weighted import WeightedEvaluator
 from monitor.judge.base import JudgeRequest
 from monitor.judge.scripted import ScriptedJudge
@@ -77,7 +78,7 @@ def prompts(rubric_fields: dict[str, Any], *items: Conversation,
             evaluator: AdaptiveEvaluator | None = None, judge: ScriptedJudge | None = None,
             ) -> tuple[list[JudgeRequest], list[EvaluationResult]]:
     """Evaluate ``items`` (default: the airline conversation) and return the requests sent and the results."""
-    rubric = parse_rubric({"name": "r", **rubric_fields}, "rubrics/r.yaml")
+    rubric = parse_rubric({"name": "r", **rubric_fields}, "rubrics/r.yaml", builtin_version)
     judge = judge or ScriptedJudge(_reply)
     context = EvaluationContext(judge=judge, settings=JudgeSettings())
     chosen: Any = {"weighted": WeightedEvaluator(), "adaptive": evaluator or AdaptiveEvaluator(InMemoryItemCache())
@@ -225,7 +226,7 @@ def test_the_weighted_prompt_explains_applicability_the_ones_rule_and_turns_with
         "    anchors:\n      1: Changes a flight without the user's confirmation.\n"
         "      3: Confirms, but misses a fee.\n      5: Confirms, states fees, then changes.\n"
         "  - id: clarity\n    description: Clear.\n    weight: 2\n", encoding="utf-8")
-    rubric = load_rubric_file(path)
+    rubric = load_rubric_file(path, builtin_version)
     requests, _ = scored_prompts(rubric.model_dump(exclude={"version"}))
     [request] = requests
     instructions = system(request)
@@ -259,7 +260,7 @@ def test_a_turn_level_weighted_rubric_is_told_to_score_one_turn() -> None:
 def test_bad_anchors_are_named(anchors: dict[int, str], field: str, message: str) -> None:
     with pytest.raises(RubricError) as raised:
         parse_rubric({"name": "r", "dimensions": [{"id": "a", "description": "A", "weight": 1,
-                                                   "anchors": anchors}]}, "rubrics/r.yaml")
+                                                   "anchors": anchors}]}, "rubrics/r.yaml", builtin_version)
     assert str(raised.value) == f"rubrics/r.yaml: {field}: {message}"
 
 
@@ -291,16 +292,16 @@ def test_built_in_prompts_are_versioned_and_a_prompt_change_changes_the_rubric_v
     assert all(re.fullmatch(r"[a-z_]+_[0-9a-f]{8}", n) for n in names)
     assert len(set(names)) == len(names)
     assert names[0].startswith("general_quality_")
-    implicit = parse_rubric({"name": "q", "kind": "adaptive"}, "q.yaml").version
-    explicit = parse_rubric({"name": "q", "kind": "adaptive", "version": "3"}, "q.yaml").version
+    implicit = parse_rubric({"name": "q", "kind": "adaptive"}, "q.yaml", builtin_version).version
+    explicit = parse_rubric({"name": "q", "kind": "adaptive", "version": "3"}, "q.yaml", builtin_version).version
     assert explicit == f"3+{names[0]}"
     # A release that edits the general_quality focus: a new prompt version, and new rubric versions.
     edited = BUILTIN_METRICS["general_quality"].__class__(
         **{**BUILTIN_METRICS["general_quality"].__dict__, "focus": "something else"})
     monkeypatch.setattr(adaptive_module, "BUILTIN_METRICS", {**BUILTIN_METRICS, "general_quality": edited})
     assert builtin_version("adaptive", "general_quality") != names[0]
-    assert parse_rubric({"name": "q", "kind": "adaptive"}, "q.yaml").version != implicit
-    assert parse_rubric({"name": "q", "kind": "adaptive", "version": "3"}, "q.yaml").version != explicit
+    assert parse_rubric({"name": "q", "kind": "adaptive"}, "q.yaml", builtin_version).version != implicit
+    assert parse_rubric({"name": "q", "kind": "adaptive", "version": "3"}, "q.yaml", builtin_version).version != explicit
     # Other metrics keep theirs.
     assert builtin_version("adaptive", "text_quality") == names[1]
 

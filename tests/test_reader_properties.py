@@ -14,8 +14,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from monitor.errors import ConfigError, RubricError
-from monitor.input_files import read_input_file
-from monitor.otlp import parse_otlp_line, spans_to_otlp_document
+from monitor.evaluators.versions import builtin_version
+from monitor.formats.input_files import read_input_file
+from monitor.formats.otlp import parse_otlp_line, spans_to_otlp_document
 from monitor.rubrics.loader import load_rubric_text
 from monitor.rubrics.registry import RubricRegistry
 from monitor.settings import load_settings
@@ -143,11 +144,11 @@ def test_a_rubric_file_is_a_rubric_or_a_rubric_error(tmp_path_factory: Any, path
     for name, content in (("mutated.json", json.dumps(mutate(RUBRIC_DATA, path, replacement))),
                           ("noise.yaml", text), ("noise.json", text)):
         try:
-            load_rubric_text(content, directory / name)
+            load_rubric_text(content, directory / name, builtin_version)
         except RubricError:
             pass
     shutil.copy(REPO / "examples" / "rubrics" / "restaurant-reservation.yaml", directory / "good.yaml")
-    registry = RubricRegistry(directory)
+    registry = RubricRegistry(directory, builtin_version)
     registry.load()
     (directory / "zz-bad.yaml").write_text(text, encoding="utf-8", errors="surrogatepass")
     registry.refresh()  # never raises: a bad file is reported and the good one stays active

@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 from monitor.app import Monitor, build_monitor
+from monitor.formats.otlp import spans_to_otlp_document
 from monitor.models import SpanRecord
-from monitor.otlp import spans_to_otlp_document
 from monitor.settings import Settings
 from tests.app_insights_helpers import NOW, TOKEN, TOKEN_ENV, WORKSPACE_ID, conversation, load
 from tests.conftest import REPO

@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry
 
 from monitor.cli import main
 from monitor.errors import RubricError
-from monitor.evaluators.prompts import builtin_version
+from monitor.evaluators.versions import builtin_version
 from monitor.metrics import MonitorMetrics
 from monitor.rubrics.kinds import AdaptiveRubric
 from monitor.rubrics.registry import RubricRegistry
@@ -56,7 +56,7 @@ def metrics() -> MonitorMetrics:
 
 def test_the_foundry_restaurant_rubric_from_the_seed_loads_verbatim(tmp_path: Path) -> None:
     shutil.copy(SEED, tmp_path / SEED.name)
-    [rubric] = RubricRegistry(tmp_path).load()
+    [rubric] = RubricRegistry(tmp_path, builtin_version).load()
     assert isinstance(rubric, WeightedRubric)
     assert rubric.name == "foundry-restaurant-rubric"  # a bare Foundry list takes the file's name
     assert [(d.id, d.weight) for d in rubric.dimensions] == SEED_WEIGHTS
@@ -70,7 +70,7 @@ def test_a_foundry_evaluator_definition_loads_verbatim(tmp_path: Path) -> None:
     definition = {"type": "rubric", "dimensions": json.loads(SEED.read_text())[:5], "pass_threshold": 0.6,
                   "data_schema": {"type": "object"}}
     (tmp_path / "reservation-quality-manual.json").write_text(json.dumps(definition))
-    [rubric] = RubricRegistry(tmp_path).load()
+    [rubric] = RubricRegistry(tmp_path, builtin_version).load()
     assert isinstance(rubric, WeightedRubric)
     assert rubric.pass_threshold == 0.6
     assert [(d.id, d.weight) for d in rubric.dimensions] == SEED_WEIGHTS  # the residual dimension is attached
@@ -80,7 +80,7 @@ def test_start_up_fails_on_a_bad_file_naming_file_and_field(tmp_path: Path) -> N
     write(tmp_path / "good.yaml", weighted("good"))
     bad = write(tmp_path / "bad.yaml", weighted("bad", weight=11))
     with pytest.raises(RubricError) as raised:
-        RubricRegistry(tmp_path).load()
+        RubricRegistry(tmp_path, builtin_version).load()
     assert raised.value.where == str(bad)
     assert raised.value.field == "dimensions.0.weight"
 
@@ -89,14 +89,14 @@ def test_start_up_fails_on_two_rubrics_with_one_name(tmp_path: Path) -> None:
     write(tmp_path / "a.yaml", weighted("same"))
     write(tmp_path / "b.yaml", weighted("same", weight=8))
     with pytest.raises(RubricError, match="also used by"):
-        RubricRegistry(tmp_path).load()
+        RubricRegistry(tmp_path, builtin_version).load()
 
 
 def test_a_valid_edit_becomes_the_active_version_with_a_new_label_value(
     tmp_path: Path, metrics: MonitorMetrics
 ) -> None:
     path = write(tmp_path / "support.yaml", weighted())
-    registry = RubricRegistry(tmp_path, metrics)
+    registry = RubricRegistry(tmp_path, builtin_version, metrics)
     [first] = registry.load()
     assert first.version and info(metrics, "support", first.version) == 1.0
 
@@ -115,7 +115,7 @@ def test_a_valid_edit_becomes_the_active_version_with_a_new_label_value(
 
 def test_a_same_size_edit_within_one_timestamp_tick_is_seen(tmp_path: Path) -> None:
     path = write(tmp_path / "support.yaml", weighted(weight=9))
-    registry = RubricRegistry(tmp_path)
+    registry = RubricRegistry(tmp_path, builtin_version)
     registry.load()
     stamp = path.stat().st_mtime_ns
     write(path, weighted(weight=8))
@@ -130,7 +130,7 @@ def test_an_explicit_version_is_the_label(tmp_path: Path, metrics: MonitorMetric
     prompt = builtin_version("weighted")
     assert re.fullmatch(r"weighted_[0-9a-f]{8}", prompt)
     path = write(tmp_path / "support.yaml", weighted(version=1))
-    registry = RubricRegistry(tmp_path, metrics)
+    registry = RubricRegistry(tmp_path, builtin_version, metrics)
     registry.load()
     assert info(metrics, "support", f"1+{prompt}") == 1.0
     write(path, weighted(version="2", weight=10))
@@ -143,7 +143,7 @@ def test_an_invalid_edit_keeps_the_old_version_and_is_reported(
     tmp_path: Path, metrics: MonitorMetrics, caplog: pytest.LogCaptureFixture
 ) -> None:
     path = write(tmp_path / "support.yaml", weighted())
-    registry = RubricRegistry(tmp_path, metrics)
+    registry = RubricRegistry(tmp_path, builtin_version, metrics)
     [first] = registry.load()
 
     write(path, weighted(weight=0))
@@ -174,7 +174,7 @@ def test_a_new_file_with_a_taken_name_is_rejected_until_the_clash_ends(
     tmp_path: Path, metrics: MonitorMetrics
 ) -> None:
     original = write(tmp_path / "a.yaml", weighted("support"))
-    registry = RubricRegistry(tmp_path, metrics)
+    registry = RubricRegistry(tmp_path, builtin_version, metrics)
     [first] = registry.load()
     clash = write(tmp_path / "b.yaml", weighted("support", weight=8))
     changes = registry.refresh()
@@ -189,7 +189,7 @@ def test_a_new_file_with_a_taken_name_is_rejected_until_the_clash_ends(
 
 
 def test_new_and_deleted_files(tmp_path: Path, metrics: MonitorMetrics) -> None:
-    registry = RubricRegistry(tmp_path, metrics)
+    registry = RubricRegistry(tmp_path, builtin_version, metrics)
     assert registry.load() == []
     path = write(tmp_path / "quality.yaml", {"kind": "adaptive", "metric": "instruction_following"})
     changes = registry.refresh()
@@ -206,7 +206,7 @@ def test_rubrics_apply_to_agents_by_name_or_id_with_globs(tmp_path: Path) -> Non
     write(tmp_path / "support.yaml", weighted())
     write(tmp_path / "all.yaml", {"name": "all", "kind": "grounding"})
     write(tmp_path / "byid.yaml", {"name": "byid", "kind": "safety", "agents": ["asst_42"]})
-    registry = RubricRegistry(tmp_path)
+    registry = RubricRegistry(tmp_path, builtin_version)
     registry.load()
     assert [r.name for r in registry.for_agent("airline-support", None)] == ["all", "support"]
     assert [r.name for r in registry.for_agent("hotel", "asst_42")] == ["all", "byid"]

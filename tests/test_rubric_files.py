@@ -13,6 +13,7 @@ import yaml
 from prometheus_client import CollectorRegistry
 
 from monitor.errors import RubricError
+from monitor.evaluators.versions import builtin_version
 from monitor.metrics import MonitorMetrics
 from monitor.rubrics.loader import load_rubric_file
 from monitor.rubrics.registry import RubricRegistry
@@ -40,7 +41,7 @@ def write_yaml(path: Path, text: str) -> Path:
 
 def refused(path: Path) -> RubricError:
     with pytest.raises(RubricError) as caught:
-        load_rubric_file(path)
+        load_rubric_file(path, builtin_version)
     assert caught.value.where == str(path)
     return caught.value
 
@@ -56,7 +57,7 @@ def test_a_hot_reload_of_an_alias_bomb_does_not_freeze_the_daemon(tmp_path: Path
     good = tmp_path / "good.yaml"
     good.write_text(yaml.safe_dump({"name": "good", "dimensions": DIMENSIONS}))
     metrics = MonitorMetrics(CollectorRegistry())
-    registry = RubricRegistry(tmp_path, metrics)
+    registry = RubricRegistry(tmp_path, builtin_version, metrics)
     registry.load()
     write_yaml(tmp_path / "bomb.yaml", alias_bomb())
     done = threading.Event()
@@ -113,7 +114,7 @@ def test_the_residual_dimension_may_be_restated_unchanged(tmp_path: Path) -> Non
                 "always_applicable": True}
     path = tmp_path / "r.json"
     path.write_text(json.dumps({"name": "r", "dimensions": [*DIMENSIONS, residual]}))
-    rubric = load_rubric_file(path)
+    rubric = load_rubric_file(path, builtin_version)
     assert isinstance(rubric, WeightedRubric) and [d.id for d in rubric.dimensions][-1] == "general_quality"
 
 
@@ -136,7 +137,7 @@ def test_foundrys_full_evaluator_envelope_is_accepted(tmp_path: Path) -> None:
     )
     path = tmp_path / "envelope.json"
     path.write_text(json.dumps(document))
-    rubric = load_rubric_file(path)
+    rubric = load_rubric_file(path, builtin_version)
     assert isinstance(rubric, WeightedRubric)
     assert (rubric.name, rubric.pass_threshold, rubric.category) == ("reservation-quality-manual", 0.6, "quality")
     assert rubric.display_name == "Reservation Quality (Manual)" and rubric.description == "Hand-authored rubric"
@@ -149,7 +150,7 @@ def test_a_safety_envelope_gets_the_safety_residual(tmp_path: Path) -> None:
     document = {**envelope(), "categories": ["agents", "safety"]}
     path = tmp_path / "safety.json"
     path.write_text(json.dumps(document))
-    rubric = load_rubric_file(path)
+    rubric = load_rubric_file(path, builtin_version)
     assert isinstance(rubric, WeightedRubric) and rubric.category == "safety"
     assert rubric.dimensions[-1].id == "general_policy_compliance"
 

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from monitor.evaluators.static import StaticMetricEvaluator
+from monitor.evaluators.versions import builtin_version
 from monitor.models import Conversation, EvaluationResult
 from monitor.rubrics.kinds import SAFETY_POLICIES, StaticMetricRubric
 from monitor.rubrics.loader import parse_rubric
@@ -40,7 +41,7 @@ GROUNDED = conversation(
 
 
 def static(kind: str, **fields: Any) -> StaticMetricRubric:
-    rubric = parse_rubric({"name": kind, "kind": kind, **fields}, f"rubrics/{kind}.yaml")
+    rubric = parse_rubric({"name": kind, "kind": kind, **fields}, f"rubrics/{kind}.yaml", builtin_version)
     assert isinstance(rubric, StaticMetricRubric)
     return rubric
 

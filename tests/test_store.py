@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from monitor.metrics.rollups import WindowTotals, parse_window
 from monitor.models import DimensionScore, EvaluationResult, SpanRecord
-from monitor.rollups import WindowTotals, parse_window
 from monitor.store import InMemoryStore, SqlStore
 from monitor.store.base import RollupKey, RollupSums, bucket_of
 from tests.helpers import fresh_postgres, require_postgres

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from monitor.evaluators.base import InvalidReply
+from monitor.evaluators.versions import builtin_version
 from monitor.evaluators.weighted import combine_samples, foundry_score, parse_verdict, verdict_schema
 from monitor.models import DimensionScore
 from monitor.rubrics.loader import parse_rubric
@@ -14,7 +15,7 @@ DIMS = [{"id": "a", "description": "A", "weight": 9}, {"id": "b", "description":
 
 
 def rubric(**extra: object) -> WeightedRubric:
-    parsed = parse_rubric({"name": "r", "dimensions": DIMS, **extra}, "r.yaml")
+    parsed = parse_rubric({"name": "r", "dimensions": DIMS, **extra}, "r.yaml", builtin_version)
     assert isinstance(parsed, WeightedRubric)
     return parsed
 
@@ -85,7 +86,8 @@ def test_the_schema_requires_every_dimension_and_pins_always_applicable() -> Non
 def test_a_score_equal_to_the_threshold_passes() -> None:
     # weights 1, 4 and 5 (residual), scores 2, 3, 4: exactly 34/50 = 0.68; dividing twice gives 0.6799999999999999
     equal = parse_rubric({"name": "r", "pass_threshold": 0.68, "dimensions": [
-        {"id": "a", "description": "A", "weight": 1}, {"id": "b", "description": "B", "weight": 4}]}, "r.yaml")
+        {"id": "a", "description": "A", "weight": 1}, {"id": "b", "description": "B", "weight": 4}]}, "r.yaml",
+        builtin_version)
     assert isinstance(equal, WeightedRubric)
     dims = tuple(DimensionScore(id=d.id, score=s, applicable=True, weight=d.weight)
                  for d, s in zip(equal.dimensions, (2, 3, 4), strict=True))

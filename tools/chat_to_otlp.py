@@ -20,8 +20,8 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from monitor.formats.otlp import spans_to_otlp_document
 from monitor.models import SpanRecord
-from monitor.otlp import spans_to_otlp_document
 from tools.tau_to_otlp import DEFAULT_START, RECORD_SPACING, tau_record_to_spans
 
 

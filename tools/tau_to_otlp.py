@@ -25,9 +25,9 @@ if __package__ in (None, ""):
     # Run as ``python tools/tau_to_otlp.py`` from a checkout: make the ``monitor`` package importable.
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from monitor.genai_schema import SchemaName, validate_document
+from monitor.formats.genai_schema import SchemaName, validate_document
+from monitor.formats.otlp import spans_to_otlp_document
 from monitor.models import SpanRecord
-from monitor.otlp import spans_to_otlp_document
 
 DEFAULT_START = datetime(2024, 5, 15, 19, 0, tzinfo=UTC)
 RECORD_SPACING = timedelta(minutes=10)

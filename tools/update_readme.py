@@ -10,7 +10,7 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from monitor.cli import config_table
+from monitor.cli.daemon import config_table
 
 START, END = "<!-- config-table:start -->", "<!-- config-table:end -->"
 

@@ -20,7 +20,7 @@ from prometheus_client import CollectorRegistry, Counter
 
 from monitor.alerts.detector import CANNOT_JUDGE_REASONS, Detection, without_cyclic_gc
 from monitor.alerts.lifecycle import AlertState, by_fields
-from monitor.quality import FamilySpec, PreparedCollector
+from monitor.metrics.quality import FamilySpec, PreparedCollector
 
 _LABELS = ("rubric", "agent", "kind", "dimension", "baseline")
 

@@ -19,13 +19,8 @@ from sqlalchemy.exc import IntegrityError
 
 from monitor.alerts.detector import JudgeConfig, SeriesCounts, without_cyclic_gc
 from monitor.alerts.windows import WindowCounts
-from monitor.store.sql import (
-    SqlStore,
-    alert_events_table,
-    alert_states_table,
-    notification_outbox_table,
-    results_table,
-)
+from monitor.store.sql import SqlStore
+from monitor.store.tables import alert_events_table, alert_states_table, notification_outbox_table, results_table
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from sqlalchemy import and_, select
 from sqlalchemy.engine import Connection
 
 from monitor.alerts.detector import Counts, JudgeConfig, SeriesCounts
-from monitor.store.sql import dimensions_table, results_table
+from monitor.store.tables import dimensions_table, results_table
 
 ConfigKey = tuple[str, str, str, str, str, str | None]
 """(rubric, agent, rubric version, judge model, prompt version, agent version): results counted together."""

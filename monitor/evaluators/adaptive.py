@@ -29,13 +29,7 @@ from monitor.evaluators.base import (
 )
 from monitor.evaluators.item_cache import GeneratedItems, InMemoryItemCache, ItemCache, RubricItem
 from monitor.evaluators.prompts import data_notice
-from monitor.evaluators.views import (
-    Target,
-    judge_each_reply,
-    output_budget,
-    request_context,
-    view,
-)
+from monitor.evaluators.views import Target, judge_each_reply, output_budget, request_context, view
 from monitor.judge.base import JudgeRequest
 from monitor.judge.render import cut_middle, escape_data, render_conversation
 from monitor.models import Conversation, EvaluationResult

@@ -18,7 +18,7 @@ PROMPT_VERSION = "2"
 """Published as ``rubric_monitor_judge_info{prompt_version}`` and recorded with every result: bump it whenever a
 prompt's text or structure changes, so a shift in scores can be told apart from a change of the question (results are
 only compared with results of the same version; a new one starts a new regression baseline). Rubric versions do not
-depend on it being bumped: they derive from the prompt text itself (``builtin_version``)."""
+depend on it being bumped: they derive from the prompt text itself (``monitor.evaluators.versions``)."""
 
 
 def data_notice(*blocks: str) -> str:
@@ -90,22 +90,3 @@ def fingerprint(texts: Iterable[str]) -> str:
         digest.update(text.encode())
         digest.update(b"\0")
     return digest.hexdigest()[:8]
-
-
-def builtin_version(kind: str, metric: str | None = None) -> str:
-    """The version of a built-in prompt, named like Vertex's (``general_quality_v1``): the metric (or kind)
-    and a fingerprint of every prompt text it sends, e.g. ``general_quality_3f9a1c2b``. A change to any of its
-    prompt text changes it, and with it the version of every rubric using it (see ``rubrics.loader``), so
-    metric series and regression baselines never mix prompts."""
-    # Imported here: the evaluators import the rubric schema, which calls this while loading rubric files.
-    from monitor.evaluators.adaptive import adaptive_prompt_texts
-    from monitor.evaluators.static import static_prompt_texts
-    from monitor.evaluators.weighted import weighted_prompt_texts
-
-    if kind == "weighted":
-        texts = weighted_prompt_texts()
-    elif kind == "adaptive":
-        texts = adaptive_prompt_texts(metric or "general_quality")
-    else:
-        texts = static_prompt_texts(kind)
-    return f"{metric if kind == 'adaptive' and metric else kind}_{fingerprint(texts)}"

@@ -66,6 +66,12 @@ class Judge(Protocol):
         """Return the model's reply, or raise a ``JudgeError`` subclass once retries are spent."""
         ...
 
+    @property
+    def problem(self) -> str | None:
+        """Why the judge cannot be used now (a refused credential, a spent quota), for ``/healthz`` and the
+        regression detector's cannot-judge state; None while it can."""
+        ...
+
     def record_invalid_reply(self, model: str | None = None) -> None:
         """Count a reply the evaluator could not use (``rubric_monitor_judge_invalid_replies_total``)."""
         ...

@@ -28,6 +28,10 @@ class ChargingJudge:
     def prompt_style(self) -> PromptStyle:
         return self.inner.prompt_style
 
+    @property
+    def problem(self) -> str | None:
+        return self.inner.problem
+
     async def complete(self, request: JudgeRequest) -> JudgeReply:
         try:
             reply = await self.inner.complete(request)

@@ -18,6 +18,8 @@ class ScriptedJudge:
         self._script = script
         self.requests: list[JudgeRequest] = []
         self.invalid_replies = 0
+        self.problem: str | None = None
+        """Never set by the judge itself (a script does not fail); a test sets it to play an unusable judge."""
 
     async def complete(self, request: JudgeRequest) -> JudgeReply:
         self.requests.append(request)

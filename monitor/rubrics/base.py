@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fnmatch
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
@@ -11,6 +12,11 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 SNAKE_CASE = re.compile(r"^[a-z][a-z0-9_]*$")
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9_.~-]{1,256}$")
+
+PromptVersion = Callable[[str, "str | None"], str]
+"""(rubric kind, built-in metric) → the version of the prompt it is judged with. The evaluators know their prompts
+(``monitor.evaluators.versions.builtin_version``); a rubric's version includes it, so a release that changes a
+prompt starts new metric series instead of mixing verdicts of two prompts."""
 
 
 class CanarySet(BaseModel):

@@ -10,10 +10,11 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
-from monitor.documents import DocumentError, load_json, load_yaml, read_document_text
 from monitor.errors import RubricError
+from monitor.formats.documents import DocumentError, load_json, load_yaml, read_document_text
+from monitor.formats.validation_errors import translate_errors
+from monitor.rubrics.base import PromptVersion
 from monitor.rubrics.schema import Rubric
-from monitor.validation_errors import translate_errors
 
 RUBRIC_SUFFIXES = (".yaml", ".yml", ".json")
 RUBRIC_KINDS = ("weighted", "adaptive", "grounding", "hallucination", "safety", "final_response_match")
@@ -44,12 +45,12 @@ def _decode(text: str, path: Path) -> Any:
         raise RubricError(str(path), None, str(exc)) from None
 
 
-def load_rubric_text(text: str, path: Path) -> Rubric:
+def load_rubric_text(text: str, path: Path, versions: PromptVersion) -> Rubric:
     """Validate rubric content already read from ``path`` (the registry parses exactly the bytes it hashed)."""
-    return parse_rubric(_decode(text, path), str(path))
+    return parse_rubric(_decode(text, path), str(path), versions)
 
 
-def parse_rubric(data: Any, where: str) -> Rubric:
+def parse_rubric(data: Any, where: str, versions: PromptVersion) -> Rubric:
     """Validate one rubric document. A bare list is a Foundry dimension list; Foundry's evaluator envelope
     (``name``, ``categories``, ``definition: {type: rubric, ...}``) is flattened; the name defaults to the file
     stem."""
@@ -77,17 +78,16 @@ def parse_rubric(data: Any, where: str) -> Rubric:
             raise RubricError(where, "kind", message) from None
         rubric_errors = [RubricError(e.where, _in_definition(e.field, from_definition), e.message) for e in errors]
         raise RubricError.collect(rubric_errors) from None
-    return rubric.model_copy(update={"version": versioned(rubric, data, explicit)})
+    return rubric.model_copy(update={"version": versioned(rubric, data, explicit, versions)})
 
 
-def versioned(rubric: Rubric, data: Any, explicit: Any) -> str:
-    """A rubric's version covers the built-in prompt it is judged with (``builtin_version``), so a release
+def versioned(rubric: Rubric, data: Any, explicit: Any, versions: PromptVersion) -> str:
+    """A rubric's version covers the built-in prompt it is judged with (``versions``, which the evaluators
+    provide), so a release
     that changes that prompt starts new metric series instead of mixing verdicts of two prompts: the content
     hash of the file and the prompt, or the explicit version with the prompt's version appended
     (``3+general_quality_3f9a1c2b``)."""
-    from monitor.evaluators.prompts import builtin_version
-
-    prompt = builtin_version(rubric.kind, getattr(rubric, "metric", None))
+    prompt = versions(rubric.kind, getattr(rubric, "metric", None))
     if explicit is None:
         return content_version({"rubric": data, "prompt": prompt})
     return f"{explicit}+{prompt}"
@@ -132,8 +132,8 @@ def _flatten_envelope(data: dict[str, Any], where: str) -> tuple[dict[str, Any],
     return flat, set(inner)
 
 
-def load_rubric_file(path: Path) -> Rubric:
-    return parse_rubric(_read(path), str(path))
+def load_rubric_file(path: Path, versions: PromptVersion) -> Rubric:
+    return parse_rubric(_read(path), str(path), versions)
 
 
 def rubric_files(directory: Path) -> list[Path]:
@@ -149,13 +149,6 @@ def rubric_files(directory: Path) -> list[Path]:
         if p.suffix in RUBRIC_SUFFIXES and p.is_file()
         and not any(part.startswith(".") for part in p.relative_to(directory).parts)
     )
-
-
-def load_rubrics(directory: Path) -> list[Rubric]:
-    """Load every rubric under ``directory``; the first bad file raises, and so do two rubrics with one name."""
-    rubrics = [load_rubric_file(path) for path in rubric_files(directory)]
-    check_unique(rubrics, (str(p) for p in rubric_files(directory)))
-    return rubrics
 
 
 def check_unique(rubrics: list[Rubric], wheres: Iterable[str]) -> None:

@@ -18,9 +18,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from monitor.documents import MAX_DOCUMENT_BYTES, DocumentError, decode_document
 from monitor.errors import RubricError
+from monitor.formats.documents import MAX_DOCUMENT_BYTES, DocumentError, decode_document
 from monitor.metrics import MonitorMetrics
+from monitor.rubrics.base import PromptVersion
 from monitor.rubrics.loader import check_unique, load_rubric_text, rubric_files
 from monitor.rubrics.schema import Rubric
 
@@ -88,8 +89,9 @@ def _read(path: Path) -> tuple[tuple[int, int], str, str]:
 class RubricRegistry:
     """Active rubrics from ``directory`` (a directory read recursively, or one file)."""
 
-    def __init__(self, directory: Path, metrics: MonitorMetrics | None = None) -> None:
+    def __init__(self, directory: Path, versions: PromptVersion, metrics: MonitorMetrics | None = None) -> None:
         self.directory = directory
+        self._versions = versions
         self._metrics = metrics
         self._lock = threading.Lock()
         self._files: dict[Path, _FileState] = {}
@@ -107,7 +109,7 @@ class RubricRegistry:
         for path in rubric_files(self.directory):
             try:
                 stamp, digest, text = _read(path)
-                files[path] = _FileState(stamp, digest, load_rubric_text(text, path))
+                files[path] = _FileState(stamp, digest, load_rubric_text(text, path, self._versions))
             except RubricError as exc:
                 errors.append(exc)
         if errors:
@@ -163,7 +165,7 @@ class RubricRegistry:
             if state is not None and key not in work.problems and digest == state.digest:
                 work.files[path] = _FileState(stamp, digest, state.rubric)
                 return
-            rubric = load_rubric_text(text, path)
+            rubric = load_rubric_text(text, path, self._versions)
             self._check_name(work, path, rubric)
         except OSError as exc:
             self._report(work, key, RubricError(key, None, f"cannot read: {exc.strerror}"))

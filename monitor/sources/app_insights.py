@@ -44,7 +44,7 @@ from azure.monitor.query import LogsQueryClient, LogsQueryStatus, LogsTable, Log
 
 from monitor.azure_auth import credential_failure
 from monitor.errors import ConfigError, SourceAuthError, SourceError, SourceQueryError
-from monitor.genai import (
+from monitor.formats.json_text import (
     cycle_collection_paused,
     decode_json_text,
     load_json,

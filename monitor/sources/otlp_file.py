@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import BinaryIO
 
 from monitor.errors import SourceError
+from monitor.formats.otlp import ParseResult, parse_otlp_line
 from monitor.models import SpanRecord
-from monitor.otlp import ParseResult, parse_otlp_line
 from monitor.sources.base import SourceBatch
 
 logger = logging.getLogger(__name__)

@@ -17,23 +17,38 @@ twice. Each step removes at most ``batch`` rows per cycle; the next cycle contin
 from __future__ import annotations
 
 from collections import defaultdict
+from contextlib import AbstractContextManager
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from sqlalchemy import Connection, and_, delete, exists, insert, select, update
 
+from monitor.store import tables
 from monitor.store.base import RetentionPolicy
+from monitor.store.tables import (
+    compacted_dimensions_table,
+    compacted_results_table,
+    conversations_table,
+    dimensions_table,
+    failure_log_table,
+    failures_table,
+    results_table,
+    traces_table,
+)
 
-if TYPE_CHECKING:
-    from monitor.store.sql import SqlStore
+
+class Database(Protocol):
+    """What retention needs of the store: one replica at a time, and transactions."""
+
+    def singleton_lock(self, name: str) -> AbstractContextManager[bool]: ...
+
+    def transaction(self) -> AbstractContextManager[Connection]: ...
 
 DAY = 86_400
 
 
-def apply(store: SqlStore, now: datetime, policy: RetentionPolicy) -> dict[str, int]:
+def apply(store: Database, now: datetime, policy: RetentionPolicy) -> dict[str, int]:
     """Rows removed per table (tables with nothing removed are left out)."""
-    from monitor.store import sql
-
     removed: dict[str, int] = {}
 
     def count(table: str, rows: int) -> None:
@@ -44,39 +59,38 @@ def apply(store: SqlStore, now: datetime, policy: RetentionPolicy) -> dict[str, 
         if not mine:
             return removed
         ts = now.timestamp()
-        with store._tx() as conn:
+        with store.transaction() as conn:
             for name, rows in _settled_failures(conn).items():
                 count(name, rows)
-            outbox = sql.outbox_table
+            outbox = tables.outbox_table
             count("writeback_outbox", conn.execute(delete(outbox).where(
-                ~exists().where(sql.results_table.c.id == outbox.c.result_id))).rowcount or 0)
-            count("adaptive_items", conn.execute(delete(sql.items_table).where(
-                sql.items_table.c.created_ts < ts - policy.adaptive_items_days * DAY)).rowcount or 0)
-        with store._tx() as conn:
+                ~exists().where(tables.results_table.c.id == outbox.c.result_id))).rowcount or 0)
+            count("adaptive_items", conn.execute(delete(tables.items_table).where(
+                tables.items_table.c.created_ts < ts - policy.adaptive_items_days * DAY)).rowcount or 0)
+        with store.transaction() as conn:
             traces, conversations = _forget_conversations(conn, ts - policy.conversations_days * DAY, policy.batch)
             count("trace_conversations", traces)
             count("conversations", conversations)
         if policy.results_days is not None:
-            with store._tx() as conn:
+            with store.transaction() as conn:
                 results, dimensions = _compact_results(conn, ts - policy.results_days * DAY, policy.batch)
                 count("results", results)
                 count("result_dimensions", dimensions)
         if policy.aggregates_days is not None:
             cutoff = ts - policy.aggregates_days * DAY
-            with store._tx() as conn:
-                for compacted_table in (sql.compacted_results_table, sql.compacted_dimensions_table):
+            with store.transaction() as conn:
+                for compacted_table in (tables.compacted_results_table, tables.compacted_dimensions_table):
                     count(compacted_table.name, conn.execute(delete(compacted_table).where(
                         compacted_table.c.day_ts < cutoff)).rowcount or 0)
                 oldest_day = datetime.fromtimestamp(max(cutoff, 0), UTC).date().isoformat()
-                count("judge_usage_daily", conn.execute(delete(sql.usage_table).where(
-                    sql.usage_table.c.day < oldest_day)).rowcount or 0)
+                count("judge_usage_daily", conn.execute(delete(tables.usage_table).where(
+                    tables.usage_table.c.day < oldest_day)).rowcount or 0)
     return removed
 
 
 def _settled_failures(conn: Connection) -> dict[str, int]:
     """Failure counts matter only while their evaluation may still be tried: drop those of conversations that
     are no longer pending at that revision (scored, pruned, forgotten, or reopened as a newer revision)."""
-    from monitor.store.sql import conversations_table, failure_log_table, failures_table
 
     removed: dict[str, int] = {}
     for table in (failures_table, failure_log_table):
@@ -88,7 +102,6 @@ def _settled_failures(conn: Connection) -> dict[str, int]:
 
 
 def _forget_conversations(conn: Connection, scored_before: float, batch: int) -> tuple[int, int]:
-    from monitor.store.sql import conversations_table, traces_table
 
     c = conversations_table.c
     keys = list(conn.execute(select(c.key).where(and_(c.status == "pruned", c.scored_ts < scored_before))
@@ -103,12 +116,6 @@ def _forget_conversations(conn: Connection, scored_before: float, batch: int) ->
 def _compact_results(conn: Connection, evaluated_before: float, batch: int) -> tuple[int, int]:
     """Fold the oldest results (current ones: superseded verdicts count nowhere) into the daily aggregates, then
     delete them with their dimension scores, in one transaction."""
-    from monitor.store.sql import (
-        compacted_dimensions_table,
-        compacted_results_table,
-        dimensions_table,
-        results_table,
-    )
 
     r, d = results_table.c, dimensions_table.c
     rows = conn.execute(select(r.id, r.rubric, r.rubric_version, r.agent, r.outcome, r.score, r.evaluated_ts,
@@ -158,14 +165,12 @@ def _day(ts: float) -> int:
     return int(ts // DAY) * DAY
 
 
-def compacted(store: SqlStore, since: datetime | None = None) -> list[dict[str, Any]]:
+def compacted(store: Database, since: datetime | None = None) -> list[dict[str, Any]]:
     """The daily aggregates of compacted results, oldest first: ``{day, rubric, rubric_version, agent, outcome,
     count, score_sum}``."""
-    from monitor.store.sql import compacted_results_table
-
     cr = compacted_results_table.c
     query = select(compacted_results_table).order_by(cr.day_ts, cr.rubric, cr.rubric_version, cr.agent, cr.outcome)
     if since is not None:
         query = query.where(cr.day_ts >= _day(since.timestamp()))
-    with store._tx() as conn:
+    with store.transaction() as conn:
         return [dict(row._mapping) for row in conn.execute(query)]

@@ -17,19 +17,11 @@ from datetime import UTC, date, datetime
 from typing import Any, TypeVar
 
 from sqlalchemy import (
-    Boolean,
-    Column,
     ColumnElement,
     Connection,
     Float,
-    Index,
     Integer,
-    MetaData,
     Select,
-    String,
-    Table,
-    Text,
-    UniqueConstraint,
     and_,
     case,
     create_engine,
@@ -48,6 +40,7 @@ from sqlalchemy.pool import StaticPool
 from monitor.assemble import conversation_key
 from monitor.errors import StoreError
 from monitor.models import EvaluationResult, SpanRecord, utc_now
+from monitor.store import retention
 from monitor.store.base import (
     BUCKET_SECONDS,
     Backlog,
@@ -64,221 +57,21 @@ from monitor.store.base import (
 )
 from monitor.store.migrate import MigrateMode
 from monitor.store.migrate import prepare as prepare_schema
-
-metadata = MetaData()
-
-spans_table = Table(
-    "spans", metadata,
-    # Span ids are unique only within their trace.
-    Column("trace_id", Text, primary_key=True),
-    Column("span_id", Text, primary_key=True),
-    Column("conversation_key", Text, nullable=False, index=True),
-    Column("start_ts", Float, nullable=False),
-    Column("payload", Text, nullable=False),
-)
-traces_table = Table(
-    "trace_conversations", metadata,
-    Column("trace_id", Text, primary_key=True),
-    Column("conversation_key", Text, nullable=False),
-    Column("from_conversation_id", Boolean, nullable=False),
-)
-conversations_table = Table(
-    "conversations", metadata,
-    Column("key", Text, primary_key=True),
-    Column("first_span_ts", Float, nullable=False),
-    Column("last_span_ts", Float, nullable=False),
-    Column("span_count", Integer, nullable=False),
-    Column("status", String(16), nullable=False, index=True),  # pending | scored | pruned (scored, spans deleted)
-    Column("revision", Integer, nullable=False),
-    Column("scored_ts", Float),
-    # Replicas on one PostgreSQL: the replica judging this conversation, until when (a lease it renews while
-    # judging; a dead replica's claims expire and another takes them over).
-    Column("claimed_by", Text),
-    Column("claim_expires_ts", Float),
-)
-checkpoints_table = Table(
-    "checkpoints", metadata,
-    Column("source", String(64), primary_key=True),
-    Column("checkpoint", Text, nullable=False),
-    Column("updated_ts", Float, nullable=False),
-)
-results_table = Table(
-    "results", metadata,
-    Column("id", Integer, primary_key=True, autoincrement=True),
-    Column("conversation_id", Text, nullable=False, index=True),
-    Column("rubric", String(256), nullable=False),
-    Column("rubric_version", Text, nullable=False),
-    Column("turn_key", Integer, nullable=False),  # -1 for a whole-conversation verdict
-    Column("revision", Integer, nullable=False),
-    Column("current", Boolean, nullable=False),
-    Column("agent", Text, nullable=False),
-    Column("outcome", String(16), nullable=False),
-    Column("score", Float),
-    Column("evaluated_ts", Float, nullable=False, index=True),
-    Column("payload", Text, nullable=False),  # the whole EvaluationResult as JSON
-    # Regression alerts compare results only within one (rubric version, judge model, prompt version), and by agent
-    # version for release regressions; unscored_reason tells judge errors from other unscored results.
-    Column("judge_model", Text),
-    Column("prompt_version", Text),
-    Column("agent_version", Text),
-    Column("unscored_reason", Text),
-    UniqueConstraint("conversation_id", "rubric", "rubric_version", "turn_key", "revision", name="uq_result"),
-)
-# The current results of a time range (the alert windows read theirs every cycle, examples and ``results`` newest
-# first): a partial index holds only current ones, and the id is in every index entry, so reading the ids of a range
-# never reads the table. A query uses it when it says ``current IS true`` as the index does (``current.is_(True)``).
-CURRENT_BY_TIME = Index("ix_results_current_evaluated_ts", results_table.c.evaluated_ts,
-                        sqlite_where=results_table.c.current.is_(True),
-                        postgresql_where=results_table.c.current.is_(True))
-dimensions_table = Table(
-    "result_dimensions", metadata,
-    Column("result_id", Integer, primary_key=True),
-    Column("dimension", String(128), primary_key=True),
-    Column("rubric", String(256), nullable=False),
-    Column("rubric_version", Text, nullable=False),
-    Column("agent", Text, nullable=False),
-    Column("score", Integer, nullable=False),
-    Column("current", Boolean, nullable=False),
-    Column("evaluated_ts", Float, nullable=False, index=True),
-)
-failures_table = Table(
-    "judge_failures", metadata,
-    Column("conversation_key", Text, primary_key=True),
-    Column("rubric", String(256), primary_key=True),
-    Column("revision", Integer, primary_key=True),
-    Column("attempts", Integer, nullable=False),
-)
-failure_log_table = Table(
-    "judge_failure_log", metadata,
-    Column("conversation_key", Text, primary_key=True),
-    Column("rubric", String(256), primary_key=True),
-    Column("revision", Integer, primary_key=True),
-    Column("attempt", Integer, primary_key=True),
-    Column("at_ts", Float, nullable=False),
-    Column("error", Text, nullable=False),
-    Column("calls", Integer, nullable=False),
-)
-usage_table = Table(
-    "judge_usage_daily", metadata,
-    Column("rubric", String(256), primary_key=True),
-    Column("day", String(10), primary_key=True),
-    Column("tokens", Integer, nullable=False),
-    Column("usd", Float, nullable=False),
-)
-
-# Regression alerts (monitor/alerts/store.py): lifecycle state per alert key, the events it emitted (transitions and
-# annotations, unique by key so a restart never emits one twice) and the notification outbox (one row per event and
-# notifier, marked when delivered, so a restart neither re-sends nor forgets).
-alert_states_table = Table(
-    "alert_states", metadata,
-    Column("key", Text, primary_key=True),
-    Column("payload", Text, nullable=False),
-    Column("updated_ts", Float, nullable=False),
-)
-alert_events_table = Table(
-    "alert_events", metadata,
-    Column("id", Integer, primary_key=True, autoincrement=True),
-    Column("key", Text, nullable=False, unique=True),
-    Column("kind", String(16), nullable=False),  # firing | resolved | annotation | test
-    Column("ts", Float, nullable=False, index=True),
-    Column("payload", Text, nullable=False),
-)
-notification_outbox_table = Table(
-    "notification_outbox", metadata,
-    Column("id", Integer, primary_key=True, autoincrement=True),
-    Column("event_id", Integer, nullable=False),
-    Column("notifier", String(128), nullable=False),
-    Column("status", String(16), nullable=False, index=True),  # pending | sent | failed | silenced
-    Column("attempts", Integer, nullable=False),
-    Column("updated_ts", Float, nullable=False),
-)
-rollups_table = Table(
-    "quality_rollups", metadata,
-    # Hourly sums of current results, kept in the transaction that records a result, so a rolling window is a
-    # sum over a few hundred rows per series instead of a scan of every result in it. The bucket leads the key:
-    # reading one hour, or pruning old ones, is a range of the primary key.
-    Column("bucket_ts", Integer, primary_key=True),  # epoch seconds of the hour's start (UTC)
-    Column("rubric", String(256), primary_key=True),
-    Column("rubric_version", Text, primary_key=True),
-    Column("agent", Text, primary_key=True),
-    Column("dimension", String(128), primary_key=True),  # "" for the overall verdict, else a dimension id
-    Column("scored", Integer, nullable=False),  # scored results (overall row) or applicable scores (dimension row)
-    Column("passed", Integer, nullable=False),  # overall row only
-    Column("unscored", Integer, nullable=False),  # overall row only
-    Column("score_sum", Float, nullable=False),  # overall score (0..1) or dimension score (1..5) sum
-    # On SQLite the primary key is the table (one b-tree to update per row instead of a table and an index).
-    sqlite_with_rowid=False,
-)
-
-items_table = Table(
-    "adaptive_items", metadata,
-    Column("key", String(128), primary_key=True),
-    Column("payload", Text, nullable=False),
-    Column("created_ts", Float, nullable=False),
-)
-
-# Retention (monitor/store/retention.py): results older than ``retention.results_days`` are folded into these daily
-# aggregates, then deleted: what the dashboards and regression baselines need of old results (counts by outcome,
-# score sums, the distribution of each dimension's scores), at a size that grows with days, not evaluations.
-compacted_results_table = Table(
-    "compacted_results", metadata,
-    Column("day_ts", Integer, primary_key=True),  # epoch seconds of the UTC day's start
-    Column("rubric", String(256), primary_key=True),
-    Column("rubric_version", Text, primary_key=True),
-    Column("agent", Text, primary_key=True),
-    Column("outcome", String(16), primary_key=True),
-    Column("count", Integer, nullable=False),
-    Column("score_sum", Float, nullable=False),
-)
-compacted_dimensions_table = Table(
-    "compacted_dimensions", metadata,
-    Column("day_ts", Integer, primary_key=True),
-    Column("rubric", String(256), primary_key=True),
-    Column("rubric_version", Text, primary_key=True),
-    Column("agent", Text, primary_key=True),
-    Column("dimension", String(128), primary_key=True),
-    Column("score", Integer, primary_key=True),  # 1..5
-    Column("count", Integer, nullable=False),
-)
-
-# Write-back (monitor/writeback.py): one row per result still to be emitted as an OpenTelemetry event, inserted in
-# the transaction that records the result (so no result is missed, whatever order replicas commit in) and deleted
-# once the exporter acknowledged it.
-outbox_table = Table(
-    "writeback_outbox", metadata,
-    Column("result_id", Integer, primary_key=True),
-    Column("attempts", Integer, nullable=False),
-    Column("created_ts", Float, nullable=False),
-)
-
-# Backfill jobs (monitor/backfill.py): progress and judge spend of each (rubric, version, window), so a resumed job
-# keeps its budget.
-backfill_jobs_table = Table(
-    "backfill_jobs", metadata,
-    Column("job", Text, primary_key=True),
-    Column("rubric", String(256), nullable=False),
-    Column("rubric_version", Text, nullable=False),
-    Column("since_ts", Float, nullable=False),
-    Column("until_ts", Float, nullable=False),
-    Column("total", Integer, nullable=False),
-    Column("done", Integer, nullable=False),
-    Column("spent_usd", Float, nullable=False),
-    Column("max_cost_usd", Float, nullable=False),  # the dearest evaluation so far: the next may cost as much
-    Column("status", String(16), nullable=False),
-    Column("updated_ts", Float, nullable=False),
-)
-
-canary_runs_table = Table(
-    "canary_runs", metadata,
-    Column("id", Integer, primary_key=True, autoincrement=True),
-    Column("rubric", String(256), nullable=False, index=True),
-    Column("rubric_version", Text, nullable=False),
-    Column("judge_model", Text, nullable=False),
-    Column("ran_ts", Float, nullable=False),
-    Column("judged", Integer, nullable=False),
-    Column("agreement", Float, nullable=False),
-    Column("score_shift", Float, nullable=False),
-    Column("drift", Boolean, nullable=False),
+from monitor.store.tables import (
+    backfill_jobs_table,
+    canary_runs_table,
+    checkpoints_table,
+    conversations_table,
+    dimensions_table,
+    failure_log_table,
+    failures_table,
+    items_table,
+    outbox_table,
+    results_table,
+    rollups_table,
+    spans_table,
+    traces_table,
+    usage_table,
 )
 
 _CHUNK = 500
@@ -1099,8 +892,6 @@ class SqlStore:
         return found
 
     def retain(self, now: datetime, policy: RetentionPolicy) -> dict[str, int]:
-        from monitor.store import retention
-
         return retention.apply(self, now, policy)
 
     def ping(self) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import Connection
 
-from monitor.store.sql import metadata
+from monitor.store.tables import metadata
 
 connection = context.config.attributes.get("connection")
 if not isinstance(connection, Connection):

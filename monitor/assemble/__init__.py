@@ -1,0 +1,6 @@
+"""② Spans → conversations. In: the stored spans of one conversation key. Out: ``Conversation`` objects (messages,
+tool calls and results, system instructions, tokens) and the spans rejected, by reason."""
+
+from monitor.assemble.assembler import Assembly, assemble, conversation_key, message_key, operation_of
+
+__all__ = ["Assembly", "assemble", "conversation_key", "message_key", "operation_of"]

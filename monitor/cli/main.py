@@ -1,0 +1,50 @@
+"""``rubric-monitor``: every command, in one place. Nothing in ``monitor`` imports this package; each command module
+registers its verbs (``register``) and handles them (``cmd_*``), building the stages through ``monitor.app``.
+
+Exit codes: 0 success; 1 a cycle failed (``run --once``); 2 invalid settings, rubric or input (the message names
+the file and the field).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from monitor.cli import alerts, backfill, calibrate, daemon, db, evaluate, results, rubrics
+from monitor.cli.common import EXIT_CODES, version
+from monitor.errors import ConfigError
+from monitor.redaction import redact
+
+COMMANDS = (daemon, evaluate, results, rubrics, calibrate, db, alerts, backfill)
+"""Command modules, in the order ``--help`` lists their verbs."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="rubric-monitor", epilog=EXIT_CODES,
+        description="Score LLM agent conversations against rubrics with an LLM judge; export Prometheus metrics.")
+    parser.add_argument("--version", action="version", version=f"rubric-monitor {version()}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for command in COMMANDS:
+        command.register(sub)
+    return parser
+
+
+def run(argv: Sequence[str] | None = None) -> int:
+    """Parse ``argv`` and run the command (``monitor.cli.main`` installed the signal handlers first)."""
+    args = build_parser().parse_args(argv)
+    if args.handler is not daemon.cmd_run:
+        from monitor.daemon import shutdown
+
+        shutdown.release()  # only the daemon treats SIGTERM as a stop request
+    try:
+        result: Any = args.handler(args)
+        return int(result)
+    except ConfigError as exc:
+        for problem in exc.all:
+            print(redact(f"rubric-monitor: error: {problem}"), file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130

