@@ -126,14 +126,14 @@ class Judging:
         return self.evaluator, self.judge, self.context
 
 
-def build_judging(settings: Settings, rubric: Rubric, where: str, *, registry: CollectorRegistry | None = None,
+def build_judging(settings: Settings, rubric: Rubric, where: str, *, metrics: MonitorMetrics | None = None,
                   item_store: ItemStore | None = None, store_content: bool | None = None) -> Judging:
     """The evaluator for ``rubric``'s kind (``ConfigError`` on ``where`` when there is none), the judge the
     settings name and the effective judge settings. ``store_content`` defaults to ``store.store_content``."""
     evaluator = build_evaluators(settings.judge.cache_size, item_store).get(rubric.kind)
     if evaluator is None:
         raise ConfigError(where, "kind", f"no evaluator for kind {rubric.kind!r}")
-    judge = build_judge(settings.judge, MonitorMetrics(registry or CollectorRegistry()))
+    judge = build_judge(settings.judge, metrics or MonitorMetrics(CollectorRegistry()))
     context = EvaluationContext(
         judge=judge, settings=effective_judge_settings(settings.judge),
         store_content=settings.store.store_content if store_content is None else store_content)
@@ -156,7 +156,7 @@ def build_backfill(settings: Settings, rubric_name: str, since: datetime, regist
             update={"initial_lookback_seconds": max(60.0, (utc_now() - since).total_seconds())})
     store = SqlStore(store_url(settings), settings.store.migrate)
     try:
-        judging = build_judging(settings, rubric, str(settings.rubrics.directory), registry=registry,
+        judging = build_judging(settings, rubric, str(settings.rubrics.directory), metrics=metrics,
                                 item_store=store)
         source = build_source(source_settings, metrics)
     except Exception:

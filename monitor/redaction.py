@@ -53,13 +53,6 @@ def redact(text: str) -> str:
     return text
 
 
-def forget_secrets() -> None:
-    """Forget every secret (tests)."""
-    global _secrets, _ordered
-    with _lock:
-        _secrets, _ordered = frozenset(), ()
-
-
 class RedactingFilter(logging.Filter):
     """Rewrites each record's message (arguments and traceback included) with secrets redacted."""
 

@@ -6,19 +6,17 @@ from __future__ import annotations
 
 import random
 import tempfile
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from monitor.alerts import windows
 from monitor.alerts.detector import Counts, JudgeConfig, SeriesCounts
 from monitor.alerts.store import AlertStore
+from monitor.alerts.windows import SPARE_KEYS, WindowCounts
 from monitor.models import DimensionScore, EvaluationResult
 from monitor.store import retention
 from monitor.store.base import RetentionPolicy
@@ -131,9 +129,11 @@ STEPS = st.lists(st.one_of(
 ), min_size=1, max_size=12)
 
 
-def run_steps(url: str, seed: int, steps: list[tuple[str, int | float]]) -> None:
+def run_steps(url: str, seed: int, steps: list[tuple[str, int | float]], spare_keys: int = SPARE_KEYS) -> int:
+    """Runs the steps, checking the counts after each; returns how many times configurations were forgotten."""
     writer = SqlStore(url)
-    world = World(writer, AlertStore(SqlStore(url)), random.Random(seed))
+    windows = WindowCounts(spare_keys=spare_keys)
+    world = World(writer, AlertStore(SqlStore(url), windows), random.Random(seed))
     world.record(30)
     world.check()
     for action, amount in steps:
@@ -151,31 +151,23 @@ def run_steps(url: str, seed: int, steps: list[tuple[str, int | float]]) -> None
     world.check()
     world.record(30)
     world.check()
+    return windows.compactions
 
 
 @pytest.mark.parametrize("spare", [100, 0], ids=["kept", "forgotten"])
-def test_kept_counts_equal_a_hand_count_at_every_cycle_on_sqlite(spare: int, monkeypatch: pytest.MonkeyPatch
-                                                                  ) -> None:
+def test_kept_counts_equal_a_hand_count_at_every_cycle_on_sqlite(spare: int) -> None:
     """With ``spare`` 0 the configurations no longer held are forgotten (and the rest renumbered) as soon as they
     outnumber those held, which every example's end makes sure of; with the default never, at this size."""
-    monkeypatch.setattr(windows, "_SPARE_KEYS", spare)
     compactions: list[int] = []
-    compact = windows.WindowCounts._compact
-
-    def counted(self: windows.WindowCounts) -> None:
-        compactions.append(len(self._key_list))
-        compact(self)
-
-    monkeypatch.setattr(windows.WindowCounts, "_compact", counted)
 
     @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
     @given(st.integers(0, 10_000), STEPS)
     def run(seed: int, steps: list[tuple[str, int | float]]) -> None:
         with tempfile.TemporaryDirectory() as folder:
-            run_steps(f"sqlite:///{Path(folder) / 'results.db'}", seed, steps)
+            compactions.append(run_steps(f"sqlite:///{Path(folder) / 'results.db'}", seed, steps, spare_keys=spare))
 
     run()
-    assert bool(compactions) == (spare == 0)
+    assert bool(sum(compactions)) == (spare == 0)
 
 
 def test_kept_counts_equal_a_hand_count_at_every_cycle_on_postgres() -> None:
@@ -189,24 +181,15 @@ def test_kept_counts_equal_a_hand_count_at_every_cycle_on_postgres() -> None:
     run()
 
 
-def test_the_first_read_of_many_results_fetches_by_range_in_parts_then_by_id(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_first_read_of_many_results_fetches_by_range_in_parts_then_by_id(tmp_path: Path) -> None:
     """Past 2,000 new results the first read takes the window's range (in parts of rows, here 700) instead of lists
     of ids; both ways agree."""
-    monkeypatch.setattr(windows, "_PART", 700)
-    parts: list[int] = []
-    add_scores = windows.WindowCounts._add_scores
-
-    def counted(self: windows.WindowCounts, rows: Sequence[Any], *rest: Any) -> None:
-        parts.append(len(rows))
-        add_scores(self, rows, *rest)
-
-    monkeypatch.setattr(windows.WindowCounts, "_add_scores", counted)
+    windows = WindowCounts(part_rows=700)
     url = f"sqlite:///{tmp_path / 'results.db'}"
-    world = World(SqlStore(url), AlertStore(SqlStore(url)), random.Random(7))
+    world = World(SqlStore(url), AlertStore(SqlStore(url), windows), random.Random(7))
     world.record(2500)
     world.check()
-    assert len(parts) > 3 and max(parts) == 700
+    assert len(windows.parts_read) > 3 and max(windows.parts_read) == 700
     world.record(300)
     world.supersede(200)
     world.now += timedelta(minutes=1)

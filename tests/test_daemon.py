@@ -51,7 +51,10 @@ def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
 
 
 class Daemon:
-    def __init__(self, config: Path, cwd: Path, port: int, env: dict[str, str] | None = None) -> None:
+    def __init__(self, config: Path, cwd: Path, port: int, env: dict[str, str] | None = None,
+                 command: list[str] | None = None) -> None:
+        """``command``: how the daemon is started (default ``python -m monitor``; the installed ``rubric-monitor``
+        script enters through ``monitor.cli:main`` instead)."""
         extra = env or {}
         env = {k: v for k, v in os.environ.items() if not k.startswith("RUBRIC_MONITOR_")}
         env.pop("OPENAI_API_KEY", None)
@@ -59,7 +62,8 @@ class Daemon:
         env.update(extra)
         self.log = cwd / f"daemon-{time.monotonic_ns()}.log"
         self._log_handle = self.log.open("w")
-        self.process = subprocess.Popen([sys.executable, "-m", "monitor", "run", "--config", str(config)],
+        start = command or [sys.executable, "-m", "monitor"]
+        self.process = subprocess.Popen([*start, "run", "--config", str(config)],
                                         cwd=cwd, env=env, stdout=self._log_handle, stderr=subprocess.STDOUT)
         self.base = f"http://127.0.0.1:{port}"
 

@@ -10,17 +10,17 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from monitor.errors import RubricError
-from monitor.evaluators import adaptive as adaptive_module
-from monitor.evaluators.adaptive import AdaptiveEvaluator
+from monitor.evaluators.adaptive import AdaptiveEvaluator, adaptive_prompt_texts
 from monitor.evaluators.base import EvaluationContext
 from monitor.evaluators.item_cache import InMemoryItemCache
-from monitor.evaluators.prompts import PROMPT_VERSION
+from monitor.evaluators.prompts import PROMPT_VERSION, fingerprint
 from monitor.evaluators.static import StaticMetricEvaluator
 from monitor.evaluators.versions import builtin_version
 from monitor.evaluators.weighted import WeightedEvaluator
@@ -284,8 +284,7 @@ def test_tool_arguments_are_context_and_only_the_prose_is_judged(kind: str) -> N
 
 # 7 -------------------------------------------------------------------------------------------------------------
 
-def test_built_in_prompts_are_versioned_and_a_prompt_change_changes_the_rubric_version(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_built_in_prompts_are_versioned_and_a_prompt_change_changes_the_rubric_version() -> None:
     assert PROMPT_VERSION
     names = [builtin_version("adaptive", m) for m in ADAPTIVE_METRIC_NAMES] + [
         builtin_version(k) for k in ("weighted", "grounding", "hallucination", "safety", "final_response_match")]
@@ -296,12 +295,16 @@ def test_built_in_prompts_are_versioned_and_a_prompt_change_changes_the_rubric_v
     explicit = parse_rubric({"name": "q", "kind": "adaptive", "version": "3"}, "q.yaml", builtin_version).version
     assert explicit == f"3+{names[0]}"
     # A release that edits the general_quality focus: a new prompt version, and new rubric versions.
-    edited = BUILTIN_METRICS["general_quality"].__class__(
-        **{**BUILTIN_METRICS["general_quality"].__dict__, "focus": "something else"})
-    monkeypatch.setattr(adaptive_module, "BUILTIN_METRICS", {**BUILTIN_METRICS, "general_quality": edited})
-    assert builtin_version("adaptive", "general_quality") != names[0]
-    assert parse_rubric({"name": "q", "kind": "adaptive"}, "q.yaml", builtin_version).version != implicit
-    assert parse_rubric({"name": "q", "kind": "adaptive", "version": "3"}, "q.yaml", builtin_version).version != explicit
+    original = BUILTIN_METRICS["general_quality"]
+    edited = replace(original, focus="something else")
+    assert fingerprint(adaptive_prompt_texts(edited)) != fingerprint(adaptive_prompt_texts(original))
+
+    def edited_versions(kind: str, metric: str | None) -> str:
+        return f"general_quality_{fingerprint(adaptive_prompt_texts(edited))}"
+
+    assert parse_rubric({"name": "q", "kind": "adaptive"}, "q.yaml", edited_versions).version != implicit
+    assert parse_rubric({"name": "q", "kind": "adaptive", "version": "3"}, "q.yaml", edited_versions
+                        ).version != explicit
     # Other metrics keep theirs.
     assert builtin_version("adaptive", "text_quality") == names[1]
 

@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import signal
 import sqlite3
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from tests.conftest import REPO
 from tests.fakes.openai_server import Recorded, Reply, ScriptedOpenAIServer, hang
 from tests.helpers import SEED_PASS_SCORES, verdict
 from tests.test_daemon import Daemon, daemon_config, free_port, wait_for
@@ -40,6 +43,41 @@ def test_sigterm_during_start_up_exits_0(tmp_path: Path, moment: str, after: flo
             assert time.monotonic() < deadline and daemon.process.poll() is None, "the daemon never started"
             time.sleep(0.002)
         time.sleep(after)
+        daemon.process.send_signal(signal.SIGTERM)
+        code = daemon.process.wait(timeout=60)
+        log = daemon.log.read_text()
+    assert code == 0, f"exit {code} (a negative code is the signal that killed it): {log[-2000:]}"
+    assert "Traceback" not in log
+
+
+def test_the_installed_command_takes_the_signal_before_it_imports_the_stages() -> None:
+    """``rubric-monitor`` imports ``monitor.cli`` and calls ``main``, which installs the handlers first: importing
+    ``monitor.cli`` must not import the stages and their SDKs (seconds on a busy node, during which a SIGTERM would
+    kill the process instead of stopping it)."""
+    heavy = ("pydantic", "sqlalchemy", "openai", "azure", "prometheus_client", "monitor.app", "monitor.settings")
+    loaded = subprocess.run(
+        [sys.executable, "-c", "import sys, monitor.cli; print(sorted(m for m in sys.modules if m.startswith("
+                               f"{heavy!r})))"],
+        capture_output=True, text=True, check=True, cwd=REPO).stdout.strip()
+    assert loaded == "[]"
+
+
+@pytest.mark.parametrize("after", [0.3, 1.0])
+def test_sigterm_soon_after_the_installed_command_starts_exits_0(tmp_path: Path, after: float) -> None:
+    """The ``rubric-monitor`` script enters through ``monitor.cli:main``, which takes the signal before importing
+    the commands and their stages: a pod stopped 0.3 s or 1 s after it started (importing the SDKs) exits 0.
+    The signal is sent once the process can catch one at all (the interpreter itself starts first)."""
+    script = Path(sys.executable).with_name("rubric-monitor")
+    port = free_port()
+    with ScriptedOpenAIServer(lambda r: verdict(r, SEED_PASS_SCORES)) as judge:
+        config = daemon_config(tmp_path, judge.base_url, port)
+        started = time.monotonic()
+        daemon = Daemon(config, tmp_path, port, command=[str(script)])
+        deadline = started + 30
+        while not catches_sigterm(daemon.process.pid):
+            assert time.monotonic() < deadline and daemon.process.poll() is None, "the daemon never started"
+            time.sleep(0.002)
+        time.sleep(max(0.0, started + after - time.monotonic()))
         daemon.process.send_signal(signal.SIGTERM)
         code = daemon.process.wait(timeout=60)
         log = daemon.log.read_text()

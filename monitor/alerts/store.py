@@ -59,9 +59,9 @@ class OutboxItem:
 
 
 class AlertStore:
-    def __init__(self, store: SqlStore) -> None:
+    def __init__(self, store: SqlStore, windows: WindowCounts | None = None) -> None:
         self._store = store
-        self._windows = WindowCounts()
+        self.windows = windows or WindowCounts()
 
     # reads -------------------------------------------------------------------------------------------------------
 
@@ -78,8 +78,8 @@ class AlertStore:
         earliest = until - max(seconds for _, seconds in windows) - baseline_seconds
         with without_cyclic_gc():
             with self._store.transaction() as conn:
-                self._windows.refresh(conn, earliest, until)
-            return self._windows.count(windows, baseline_seconds, until)
+                self.windows.refresh(conn, earliest, until)
+            return self.windows.count(windows, baseline_seconds, until)
 
     def examples(self, rubric: str, agent: str, config: JudgeConfig | None, since: float, limit: int = 5
                  ) -> list[Example]:
@@ -182,9 +182,3 @@ class AlertStore:
         with self._store.transaction() as conn:
             conn.execute(update(notification_outbox_table).where(o.id == outbox_id).values(
                 status=status, attempts=attempts, updated_ts=datetime.now(UTC).timestamp()))
-
-    def delivery_counts(self) -> dict[tuple[str, str], int]:
-        o = notification_outbox_table.c
-        with self._store.transaction() as conn:
-            rows = conn.execute(select(o.notifier, o.status, func.count()).group_by(o.notifier, o.status)).all()
-        return {(str(n), str(s)): int(c) for n, s, c in rows}

@@ -36,9 +36,9 @@ _FETCH_BY_ID = 2000
 """Up to this many new results are fetched by id; more (the first cycle) by the window's range."""
 _CHUNK = 500
 """Ids per ``IN`` list: within every SQLite build's limit of bound parameters."""
-_PART = 100_000
+PART_ROWS = 100_000
 """Rows converted to arrays at a time in a first read."""
-_SPARE_KEYS = 100
+SPARE_KEYS = 100
 """Configurations no longer held are forgotten once they outnumber those held by this many."""
 
 Ints = npt.NDArray[np.int64]
@@ -63,7 +63,15 @@ class WindowCounts:
     """The current results of the longest window plus its baseline, as arrays: ``refresh`` brings them up to date
     with the store, ``count`` counts every side of every window."""
 
-    def __init__(self) -> None:
+    def __init__(self, part_rows: int = PART_ROWS, spare_keys: int = SPARE_KEYS) -> None:
+        self.part_rows = part_rows
+        """Rows converted to arrays at a time in a first read."""
+        self.spare_keys = spare_keys
+        """Configurations no longer held are forgotten once they outnumber those held by this many."""
+        self.parts_read: list[int] = []
+        """The rows of each part of scores converted to arrays, in order."""
+        self.compactions = 0
+        """How many times configurations no longer held were forgotten."""
         self._keys: dict[ConfigKey, int] = {}
         self._key_list: list[ConfigKey] = []
         self._pairs: dict[tuple[int, str], int] = {}
@@ -107,7 +115,7 @@ class WindowCounts:
             scores = np.isin(self.d_result, self.r_id)
             self.d_result, self.d_pair, self.d_ts, self.d_score = (
                 self.d_result[scores], self.d_pair[scores], self.d_ts[scores], self.d_score[scores])
-            if len(self._key_list) > 2 * len(np.unique(self.r_key)) + _SPARE_KEYS:
+            if len(self._key_list) > 2 * len(np.unique(self.r_key)) + self.spare_keys:
                 self._compact()
         return dropped
 
@@ -119,7 +127,7 @@ class WindowCounts:
         # A result's scores are fetched by its id (or range), without asking whether it is still current: it was
         # when its id was read, and a result superseded since drops out at the next cycle, scores and all. Rows
         # come in parts, so a first read of millions of scores never holds them all as Python rows.
-        streamed = conn.execution_options(yield_per=_PART)
+        streamed = conn.execution_options(yield_per=self.part_rows)
         if len(new) > _FETCH_BY_ID:
             in_range = and_(r.evaluated_ts >= since, r.evaluated_ts <= until)
             result_parts: Iterable[Sequence[Any]] = streamed.execute(
@@ -157,6 +165,7 @@ class WindowCounts:
     def _add_scores(self, rows: Sequence[Any], ids: Ints, order: Ints, keys: Ints, times: Floats) -> None:
         """Scores as arrays: each one's result found by a binary search among the new ones (``ids`` sorted by
         ``order``), its (configuration, dimension) pair numbered once per distinct pair rather than per score."""
+        self.parts_read.append(len(rows))
         result_ids, dimensions, scores = zip(*rows, strict=True)
         owners = np.array(result_ids, np.int64)
         position = order[np.minimum(np.searchsorted(ids, owners, sorter=order), len(ids) - 1)]
@@ -188,6 +197,7 @@ class WindowCounts:
 
     def _compact(self) -> None:
         """Forget configurations no longer held (agent versions come and go), renumbering the rest."""
+        self.compactions += 1
         used = np.unique(self.r_key)
         key_map = np.full(len(self._key_list), -1, np.int64)
         key_map[used] = np.arange(len(used))

@@ -376,9 +376,8 @@ def _validation_prompt(items: Sequence[RubricItem], rendered: str) -> str:
     return f"<checklist>\n{checklist}\n</checklist>\n{rendered}"
 
 
-def adaptive_prompt_texts(metric_name: str) -> tuple[str, ...]:
+def adaptive_prompt_texts(metric: AdaptiveMetric) -> tuple[str, ...]:
     """Every fixed text an adaptive metric's prompts are built from (what ``builtin_version`` fingerprints)."""
-    metric = BUILTIN_METRICS[metric_name]
     return (
         GENERATION_INSTRUCTIONS, INTENT_INSTRUCTIONS if metric.extracts_intents else NO_INTENTS, metric.focus,
         metric.view, metric.request_scope, str(metric.uses_agent_setup), str(CONTEXT_CHARS),

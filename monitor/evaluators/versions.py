@@ -7,6 +7,7 @@ from monitor.evaluators.adaptive import adaptive_prompt_texts
 from monitor.evaluators.prompts import fingerprint
 from monitor.evaluators.static import static_prompt_texts
 from monitor.evaluators.weighted import weighted_prompt_texts
+from monitor.rubrics.builtin import BUILTIN_METRICS
 
 
 def builtin_version(kind: str, metric: str | None = None) -> str:
@@ -17,7 +18,7 @@ def builtin_version(kind: str, metric: str | None = None) -> str:
     if kind == "weighted":
         texts = weighted_prompt_texts()
     elif kind == "adaptive":
-        texts = adaptive_prompt_texts(metric or "general_quality")
+        texts = adaptive_prompt_texts(BUILTIN_METRICS[metric or "general_quality"])
     else:
         texts = static_prompt_texts(kind)
     return f"{metric if kind == 'adaptive' and metric else kind}_{fingerprint(texts)}"

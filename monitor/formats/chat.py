@@ -8,7 +8,6 @@ as ``name``) rejects that line with the field named, and the other lines are sti
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 from monitor.formats.json_text import replace_lone_surrogates_in
@@ -137,9 +136,3 @@ def parse_chat_line(line: str, where: str) -> Conversation:
     if not isinstance(record, dict):
         raise ChatLineError(None, "each line must be a JSON object")
     return chat_record_to_conversation(record, where)
-
-
-def read_chat_jsonl(lines: Iterator[tuple[int, str]], where: str) -> Iterator[Conversation]:
-    """Conversations of numbered lines; a line that cannot be read raises ``ChatLineError`` for that line."""
-    for number, line in lines:
-        yield parse_chat_line(line, f"{where}:{number}")

@@ -21,7 +21,6 @@ from sqlalchemy import (
     Connection,
     Float,
     Integer,
-    Select,
     and_,
     case,
     create_engine,
@@ -354,15 +353,6 @@ class SqlStore:
             conn.execute(insert(checkpoints_table).values(source=source, checkpoint=checkpoint, updated_ts=now))
 
     # ② conversations -------------------------------------------------------------------------------------------
-
-    @staticmethod
-    def _ready_query(idle_before: datetime, started_before: datetime, limit: int | None) -> Select[Any]:
-        c = conversations_table.c
-        return (select(c.key, c.revision, c.first_span_ts, c.last_span_ts)
-                .where(c.status == "pending")
-                .where((c.last_span_ts <= _ts(idle_before)) | (c.first_span_ts <= _ts(started_before)))
-                .order_by(c.first_span_ts, c.key)
-                .limit(limit))
 
     def ready_conversations(self, idle_before: datetime, started_before: datetime,
                             limit: int | None = None,
