@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from monitor.alerts.service import AlertService, build_notifier
+from monitor.alerts.notifiers import build_notifier
+from monitor.alerts.service import AlertService
 from monitor.models import DimensionScore, EvaluationResult, utc_now
 from monitor.settings import AlertSettings
 from monitor.store.sql import SqlStore

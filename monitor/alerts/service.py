@@ -19,10 +19,11 @@ from monitor.alerts.detector import Detection, DetectorSettings, SeriesKey, Verd
 from monitor.alerts.events import alert_event, annotation_event, example_dicts, labels_of
 from monitor.alerts.lifecycle import AlertState, Transition, step
 from monitor.alerts.metrics import AlertMetrics
+from monitor.alerts.notifiers import build_notifier
 from monitor.alerts.notifiers.base import Notifier
 from monitor.alerts.store import AlertStore, NewEvent
 from monitor.errors import ConfigError
-from monitor.settings import AlertSettings, NotifierSettings, read_secret
+from monitor.settings import AlertSettings
 from monitor.store.sql import SqlStore
 
 log = logging.getLogger(__name__)
@@ -63,32 +64,6 @@ def detector_settings(settings: AlertSettings) -> DetectorSettings:
         min_effect_dimension=settings.min_effect_dimension, fdr_q=settings.fdr_q,
         max_unscored_share=settings.max_unscored_share, max_judge_error_share=settings.max_judge_error_share,
     )
-
-
-def build_notifier(settings: NotifierSettings, firing_ttl: timedelta) -> Notifier:
-    field_name = f"alerts.notifiers.{settings.name}"
-    url = read_secret(settings.url, settings.url_file, f"{field_name}.url_file")
-    if not url:
-        raise ConfigError("settings", f"{field_name}.url", "empty URL")
-    if not url.startswith(("http://", "https://")):
-        # The URL itself is a secret: the message does not repeat it.
-        raise ConfigError("settings", f"{field_name}.url", "must be an http(s) URL")
-    if settings.kind == "alertmanager":
-        from monitor.alerts.notifiers.alertmanager import AlertmanagerNotifier
-
-        return AlertmanagerNotifier(settings.name, url, settings.timeout_seconds, firing_ttl, settings.events)
-    if settings.kind == "slack":
-        from monitor.alerts.notifiers.slack import SlackNotifier
-
-        return SlackNotifier(settings.name, url, settings.timeout_seconds, settings.events)
-    if settings.kind == "teams":
-        from monitor.alerts.notifiers.teams import TeamsNotifier
-
-        return TeamsNotifier(settings.name, url, settings.timeout_seconds, settings.events)
-    from monitor.alerts.notifiers.webhook import WebhookNotifier
-
-    secret = read_secret(settings.secret, settings.secret_file, f"{field_name}.secret_file")
-    return WebhookNotifier(settings.name, url, secret, settings.timeout_seconds, settings.events)
 
 
 def check_settings(settings: AlertSettings, interval_seconds: float) -> list[Notifier]:

@@ -12,10 +12,25 @@ from monitor.judge.scripted import ScriptedJudge
 from monitor.settings import JudgeSettings
 
 if TYPE_CHECKING:
+    from monitor.judge.local import LocalJudge
+    from monitor.judge.openai_judge import OpenAIJudge
     from monitor.metrics import MonitorMetrics
 
-__all__ = ["Judge", "JudgeReply", "JudgeRequest", "PromptStyle", "ScriptedJudge", "build_judge",
-           "effective_judge_settings"]
+__all__ = ["Judge", "JudgeReply", "JudgeRequest", "LocalJudge", "OpenAIJudge", "PromptStyle", "ScriptedJudge",
+           "build_judge", "effective_judge_settings"]
+
+
+def __getattr__(name: str) -> object:
+    """The judges over an SDK or a model runtime are imported on first use: ``import monitor.judge`` stays cheap."""
+    if name == "OpenAIJudge":
+        from monitor.judge.openai_judge import OpenAIJudge
+
+        return OpenAIJudge
+    if name == "LocalJudge":
+        from monitor.judge.local import LocalJudge
+
+        return LocalJudge
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def build_judge(settings: JudgeSettings, metrics: MonitorMetrics) -> Judge:

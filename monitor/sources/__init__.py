@@ -9,18 +9,27 @@ from typing import TYPE_CHECKING
 from monitor.settings import SourceSettings
 from monitor.sources.base import SourceBatch, TraceSource
 from monitor.sources.memory import InMemorySource
+from monitor.sources.otlp_file import OtlpFileSource
 
 if TYPE_CHECKING:
     from monitor.metrics import MonitorMetrics
+    from monitor.sources.app_insights import AppInsightsSource
 
-__all__ = ["InMemorySource", "SourceBatch", "TraceSource", "build_source"]
+__all__ = ["AppInsightsSource", "InMemorySource", "OtlpFileSource", "SourceBatch", "TraceSource", "build_source"]
+
+
+def __getattr__(name: str) -> object:
+    """``AppInsightsSource`` brings the Azure SDK: imported on first use."""
+    if name == "AppInsightsSource":
+        from monitor.sources.app_insights import AppInsightsSource
+
+        return AppInsightsSource
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def build_source(settings: SourceSettings, metrics: MonitorMetrics) -> TraceSource:
     """The source ``settings.kind`` names; each is imported only when chosen (App Insights brings the Azure SDK)."""
     if settings.kind == "otlp_file":
-        from monitor.sources.otlp_file import OtlpFileSource
-
         return OtlpFileSource(settings.path)
     from monitor.sources.app_insights import AppInsightsSource
 
