@@ -13,7 +13,7 @@ from monitor.metrics.exposition import Exposition
 from monitor.models import utc_now
 from monitor.settings import Settings
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("monitor.daemon")  # the name the start-up and stop lines carry
 
 SHUTDOWN_MARGIN_SECONDS = 5.0
 """Beyond ``shutdown_grace_seconds``: time to record what finished and close the store."""

@@ -33,7 +33,7 @@ from monitor.sources.base import TraceSource
 from monitor.store.base import PendingConversation, ResultStore, RetentionPolicy
 from monitor.store.replicas import replica_id
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("monitor.pipeline")  # one name for the progress lines of every stage of the cycle
 
 MAX_JUDGE_ATTEMPTS = 3
 """Cycles in which the judge failed (server errors, timeouts) before an evaluation is recorded as unscored."""

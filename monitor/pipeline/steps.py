@@ -23,7 +23,7 @@ from monitor.models import utc_now
 from monitor.pipeline.cycle import CycleReport, Pipeline
 from monitor.store.base import ResultStore
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("monitor.pipeline")  # one name for the progress lines of every stage of the cycle
 
 
 class Step(Protocol):
