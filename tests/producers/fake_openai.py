@@ -40,6 +40,19 @@ def _usage(request: dict[str, Any], reply: dict[str, Any]) -> dict[str, int]:
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
 
+def _wire_names(request: dict[str, Any], reply: dict[str, Any]) -> dict[str, Any]:
+    """The reply with each tool call named as the request declared that tool: frameworks that prefix tool
+    names (Semantic Kernel's ``Booking-find_table``) get their own name back."""
+    declared = [t.get("function", {}).get("name", "") for t in request.get("tools") or [] if isinstance(t, dict)]
+    calls = []
+    for call in reply.get("tool_calls") or []:
+        name = call["function"]["name"]
+        wire = next((d for d in declared if d == name), None) or next(
+            (d for d in declared if d.endswith(("-" + name, "_" + name, "." + name))), name)
+        calls.append({**call, "function": {**call["function"], "name": wire}})
+    return {**reply, "tool_calls": calls} if calls else reply
+
+
 def _pieces(text: str, size: int = 12) -> list[str]:
     return [text[i:i + size] for i in range(0, len(text), size)] or [""]
 
@@ -136,7 +149,7 @@ class ScenarioServer:
                     self._send(404, b'{"error": {"message": "not found", "type": "not_found"}}')
                     return
                 try:
-                    reply = scenario.next_reply(body.get("messages") or [])
+                    reply = _wire_names(body, scenario.next_reply(body.get("messages") or []))
                 except LookupError as exc:
                     outer.errors.append(str(exc))
                     self._send(400, json.dumps({"error": {"message": str(exc), "type": "invalid_request_error",

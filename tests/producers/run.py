@@ -88,7 +88,7 @@ def _configs() -> dict[str, Config]:
                             {"TRACELOOP_TRACE_CONTENT": "true"}, stream))
     for stream in ("plain", "openai"):
         found.append(Config(f"openllmetry-events-{stream}", "openllmetry", "openai_client", ("openllmetry",),
-                            {"TRACELOOP_TRACE_CONTENT": "true"}, stream, options=("no_legacy_attributes",)))
+                            {"TRACELOOP_TRACE_CONTENT": "true"}, stream, options=("use_attributes_false",)))
     for stream in ("plain", "openai"):
         found.append(Config(f"openllmetry-old-{stream}", "openllmetry-old", "openai_client", ("openllmetry",),
                             {"TRACELOOP_TRACE_CONTENT": "true"}, stream))
@@ -192,7 +192,18 @@ def run_config(config: Config | str, out_dir: Path, *, python: Path | None = Non
         with envelopes_path.open("w", encoding="utf-8") as out:
             for envelope in ingestion.envelopes:
                 out.write(json.dumps(envelope, ensure_ascii=False, separators=(",", ":")) + "\n")
+    venv = Path(python).parent.parent
+    for path in (otlp_path, envelopes_path):
+        if path is not None:
+            path.write_text(mask_paths(path.read_text(encoding="utf-8"), venv), encoding="utf-8")
     return result
+
+
+def mask_paths(text: str, venv: Path) -> str:
+    """This machine's paths in the output (``code.file.path`` of Python log records, stack traces) replaced
+    by ``<venv>`` and ``<repo>``, so captured files do not depend on where the venv cache or clone is. The
+    only change made to what the Collector would have written."""
+    return text.replace(str(venv), "<venv>").replace(str(REPO), "<repo>")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -12,7 +12,7 @@ Environment set by ``tests/producers/run.py``:
 - ``PRODUCER_APP_SPAN``: ``1`` to wrap each session in an app span ``session`` carrying
   ``gen_ai.conversation.id``.
 - ``PRODUCER_APPINSIGHTS_CONNECTION_STRING``: optional; also export to this ingestion endpoint.
-- ``PRODUCER_OPTIONS``: comma-separated flags an agent program understands (e.g. ``no_legacy_attributes``).
+- ``PRODUCER_OPTIONS``: comma-separated flags an agent program understands (e.g. ``use_attributes_false``).
 """
 
 from __future__ import annotations

@@ -27,8 +27,8 @@ def instrument(which: str, settings: Settings, telemetry: Telemetry) -> None:
         from opentelemetry.instrumentation.openai import OpenAIInstrumentor as OpenLLMetryInstrumentor
 
         kwargs: dict[str, Any] = {}
-        if "no_legacy_attributes" in settings.options:
-            kwargs["use_legacy_attributes"] = False
+        if "use_attributes_false" in settings.options:
+            kwargs["use_attributes"] = False  # 0.62: content as log records instead of span attributes
         OpenLLMetryInstrumentor(**kwargs).instrument()
     elif which == "openinference":
         from openinference.instrumentation.openai import OpenAIInstrumentor as OpenInferenceInstrumentor
