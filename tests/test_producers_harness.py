@@ -124,7 +124,8 @@ def test_the_collector_writes_what_the_otel_sdk_sends_as_the_collector_would(tmp
         assert collector.errors == []
     check_collector_format(out)
     lines = [json.loads(line) for line in out.read_text().splitlines()]
-    spans = [s for line in lines for rs in line.get("resourceSpans", []) for ss in rs["scopeSpans"] for s in ss["spans"]]
+    spans = [s for line in lines for rs in line.get("resourceSpans", []) for ss in rs["scopeSpans"]
+             for s in ss["spans"]]
     records = [r for line in lines for rl in line.get("resourceLogs", []) for sl in rl["scopeLogs"]
                for r in sl["logRecords"]]
     chat = next(s for s in spans if s["name"] == "chat m")

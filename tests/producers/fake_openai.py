@@ -133,8 +133,8 @@ class ScenarioServer:
 
             def do_GET(self) -> None:
                 if self.path.rstrip("/").endswith("/models"):
-                    self._send(200, json.dumps({"object": "list", "data": [
-                        {"id": scenario.MODEL, "object": "model", "created": CREATED, "owned_by": "scripted"}]}).encode())
+                    models = [{"id": scenario.MODEL, "object": "model", "created": CREATED, "owned_by": "scripted"}]
+                    self._send(200, json.dumps({"object": "list", "data": models}).encode())
                 else:
                     self._send(404, b'{"error": {"message": "not found", "type": "not_found"}}')
 

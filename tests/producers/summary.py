@@ -24,7 +24,7 @@ def _norm_key(key: str) -> str:
     return re.sub(r"\.\d+\.", ".N.", key)
 
 
-def summarize(path: Path) -> dict[str, Any]:
+def summarize(path: Path) -> dict[str, Any]:  # noqa: C901
     spans: Counter[str] = Counter()
     scopes: set[str] = set()
     logs: Counter[str] = Counter()

@@ -14,8 +14,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
-from tests.producers import scenario  # noqa: E402
-from tests.producers.agents._common import Settings, Telemetry  # noqa: E402
+from tests.producers import scenario
+from tests.producers.agents._common import Settings, Telemetry
 
 
 def instrument(which: str, settings: Settings, telemetry: Telemetry) -> None:

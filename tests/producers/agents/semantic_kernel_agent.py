@@ -18,8 +18,8 @@ from typing import Annotated
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
-from tests.producers import scenario  # noqa: E402
-from tests.producers.agents._common import Settings, Telemetry  # noqa: E402
+from tests.producers import scenario
+from tests.producers.agents._common import Settings, Telemetry
 
 
 def booking_plugin() -> object:
