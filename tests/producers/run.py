@@ -142,6 +142,9 @@ def _child_env(config: Config, server: ScenarioServer, collector: OtlpFileCollec
         "PYTHONUNBUFFERED": "1",
         "NO_PROXY": "127.0.0.1,localhost",
         "APPLICATIONINSIGHTS_STATSBEAT_DISABLED_ALL": "true",
+        # The exporter's own "customer SDK stats" metric envelopes count items per export batch: not what
+        # the app emits, and they vary with batching.
+        "APPLICATIONINSIGHTS_SDKSTATS_DISABLED": "true",
         "TRACELOOP_TELEMETRY": "false",
         "SEMANTICKERNEL_TELEMETRY_DISABLED": "true",
         "AGENT_FRAMEWORK_USER_AGENT_DISABLED": "true",

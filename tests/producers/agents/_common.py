@@ -100,6 +100,7 @@ class Telemetry:
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
         os.environ.setdefault("APPLICATIONINSIGHTS_STATSBEAT_DISABLED_ALL", "true")
+        os.environ.setdefault("APPLICATIONINSIGHTS_SDKSTATS_DISABLED", "true")
         options: dict[str, Any] = {"connection_string": connection_string, "disable_offline_storage": True}
         self.tracer_provider.add_span_processor(BatchSpanProcessor(AzureMonitorTraceExporter(**options)))
         self.logger_provider.add_log_record_processor(BatchLogRecordProcessor(AzureMonitorLogExporter(**options)))
