@@ -269,10 +269,18 @@ def message_from_json(raw: Mapping[str, Any]) -> Message:
     finish_reason = raw.get("finish_reason")
     return Message(
         role=str(raw["role"]),
-        parts=tuple(part_from_json(part) for part in raw.get("parts") or ()),
+        parts=tuple(part_from_json(part) for part in raw.get("parts") or () if not _is_empty_text(part)),
         name=name if isinstance(name, str) else None,
         finish_reason=finish_reason if isinstance(finish_reason, str) else None,
     )
+
+
+def _is_empty_text(raw: Mapping[str, Any]) -> bool:
+    """A text part without text: streamed replies begin with ``{"type": "text", "content": ""}`` (OpenLLMetry's
+    accumulator, servers whose first chunk says ``"content": ""``) before their tool calls, and the next
+    request repeats the message without it. Kept, it would make one message two (and every turn after it
+    new): it is dropped before messages are keyed, merged or rendered."""
+    return raw.get("type") == "text" and raw.get("content") in ("", None)
 
 
 def part_from_json(raw: Mapping[str, Any]) -> Part:
