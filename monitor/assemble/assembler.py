@@ -55,13 +55,15 @@ class Assembly:
     """Content attributes or events ignored because they were invalid, by reason."""
 
 
-def assemble(spans: Iterable[SpanRecord]) -> Assembly:
-    """Conversations of ``spans`` (any mix of traces, with or without event rows), oldest first."""
+def assemble(spans: Iterable[SpanRecord], key: str | None = None) -> Assembly:
+    """Conversations of ``spans`` (any mix of traces, with or without event rows), oldest first. With ``key``, the
+    spans are one conversation's, grouped already (by the store, by the same rules): one conversation comes out,
+    under that key."""
     with cycle_collection_paused():
-        return _assemble(spans)
+        return _assemble(spans, key)
 
 
-def _assemble(spans: Iterable[SpanRecord]) -> Assembly:
+def _assemble(spans: Iterable[SpanRecord], one_key: str | None = None) -> Assembly:
     records = _dedupe(spans)
     folded = fold_event_rows(records)
     real_spans = {(r.trace_id, r.span_id) for r in records if r.kind != "event"}
@@ -71,8 +73,13 @@ def _assemble(spans: Iterable[SpanRecord]) -> Assembly:
     cache = ReadCache()
     contents: dict[SpanKey, SpanContent] = {}
     by_key: dict[str, list[list[SpanRecord]]] = defaultdict(list)
-    for key, trace_spans in _group_traces(list(by_trace.values()), cache, contents):
-        by_key[key].append(trace_spans)
+    if one_key is not None:
+        by_key[one_key] = list(by_trace.values()) if by_trace else []
+        if not by_trace:
+            del by_key[one_key]
+    else:
+        for key, trace_spans in _group_traces(list(by_trace.values()), cache, contents):
+            by_key[key].append(trace_spans)
     rejected: Counter[str] = Counter()
     problems: list[str] = []
     facts = _MessageFacts()

@@ -268,7 +268,7 @@ class Pipeline:
     def _assemble(self, item: PendingConversation) -> Conversation | None:
         spans = self.store.spans_of(item.key)
         try:
-            assembly = assemble(spans)
+            assembly = assemble(spans, key=item.key)
         except Exception:
             # Deterministic: the same spans fail the same way next cycle, so the conversation is set aside
             # (logged, counted) rather than blocking every cycle after it.
