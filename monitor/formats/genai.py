@@ -396,7 +396,7 @@ class _ContentBuilder:
 
     def build(self) -> SpanContent:
         return SpanContent(
-            input=tuple(self.input),
+            input=tuple(_answer_ids(self.input)),
             output=tuple(self.output),
             system_instructions=tuple(self.instructions),
             tool_definitions=self.tools,
@@ -499,6 +499,28 @@ class _ContentBuilder:
             self.reject("invalid_legacy_event", f"event {event.name}: not an object")
             return None
         return decoded.value
+
+
+def _answer_ids(messages: list[TimedMessage]) -> list[TimedMessage]:
+    """Tool results without a call id (OpenLLMetry's ``gen_ai.tool.message`` records carry none) take the id of
+    the call they answer: the calls of the assistant message before them, in order."""
+    if not any(p.type == "tool_call_response" and p.id is None for m in messages for p in m.message.parts):
+        return messages
+    result: list[TimedMessage] = []
+    pending: list[str] = []
+    for timed in messages:
+        message = timed.message
+        if message.role == "assistant":
+            pending = [p.id for p in message.tool_calls if p.id]
+        elif message.role == "tool" and len(message.parts) == 1 and message.parts[0].type == "tool_call_response":
+            part = message.parts[0]
+            if part.id is None and pending:
+                part = part.model_copy(update={"id": pending[0]})
+                timed = TimedMessage(message.model_copy(update={"parts": (part,)}), timed.time)
+            if part.id in pending:
+                pending.remove(part.id)
+        result.append(timed)
+    return result
 
 
 # ---- legacy bodies ---------------------------------------------------------------------------------------

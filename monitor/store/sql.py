@@ -301,8 +301,11 @@ class SqlStore:
         row = conn.execute(select(traces_table).where(traces_table.c.trace_id == trace_id)).mappings().first()
         if row is not None and (row["from_conversation_id"] or conversation_id is None):
             key = str(row["conversation_key"])
+            if conversation_id is None and key == trace_id:
+                # Content may arrive after the trace was first stored (its log records in a later batch): the
+                # transcript is the whole trace's.
+                transcript = trace_transcript([*self._stored_trace(conn, trace_id), *spans])
             if conversation_id is None and key == trace_id and transcript is not None:
-                # Content arrived after the trace was first stored (its log records came in a later batch).
                 joined = self._joined_key(conn, trace_id, transcript)
                 if joined is not None:
                     key = self._move_trace(conn, trace_id, key, joined, from_conversation_id=False)
@@ -334,6 +337,11 @@ class SqlStore:
             conn.execute(delete(conversations_table).where(conversations_table.c.key == old_key))
             self._merge_conversation(conn, key, old["first_span_ts"], old["last_span_ts"], old["span_count"])
         return key
+
+    @staticmethod
+    def _stored_trace(conn: Connection, trace_id: str) -> list[SpanRecord]:
+        query = select(spans_table.c.payload).where(spans_table.c.trace_id == trace_id)
+        return [SpanRecord.model_validate_json(p) for p in conn.execute(query).scalars()]
 
     @staticmethod
     def _joined_key(conn: Connection, trace_id: str, transcript: TraceTranscript) -> str | None:
