@@ -98,7 +98,9 @@ def _shape(conversation: Conversation) -> list[Step]:
             response = part.response if isinstance(part.response, str) else json.dumps(part.response)
             steps.append(Step("tool", result=(part.id or "", response)))
         elif message.tool_calls:
-            steps.extend(Step(message.role, call=(p.id or "", p.name or "", p.arguments)) for p in message.tool_calls)
+            # Semantic Kernel names functions to the model with their plugin ("Booking-find_table"): the real name.
+            steps.extend(Step(message.role, call=(p.id or "", (p.name or "").rsplit("-", 1)[-1], p.arguments))
+                         for p in message.tool_calls)
         else:
             steps.append(Step(message.role, message.text))
     return steps
