@@ -154,7 +154,8 @@ def build_backfill(settings: Settings, rubric_name: str, since: datetime, regist
         # No checkpoint: the first window starts at --since (the live watermark is not touched).
         source_settings = source_settings.model_copy(
             update={"initial_lookback_seconds": max(60.0, (utc_now() - since).total_seconds())})
-    store = SqlStore(store_url(settings), settings.store.migrate)
+    store = SqlStore(store_url(settings), settings.store.migrate,
+                     tool_result_grace_seconds=settings.conversation.tool_result_grace_seconds)
     try:
         judging = build_judging(settings, rubric, str(settings.rubrics.directory), metrics=metrics,
                                 item_store=store)
@@ -269,7 +270,8 @@ def build_monitor(settings: Settings, registry: CollectorRegistry | None = None)
         stages.close()
         raise
     try:
-        store = SqlStore(stages.url, settings.store.migrate)
+        store = SqlStore(stages.url, settings.store.migrate,
+                         tool_result_grace_seconds=settings.conversation.tool_result_grace_seconds)
         if single.held:
             # The SQLite file is locked to this process: a claim in it was left by a daemon that died (kill -9,
             # out of memory), and its conversations are judged now instead of after the lease.

@@ -29,6 +29,12 @@ class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
+CONVERSATION_ID_KEYS = (
+    "gen_ai.conversation.id", "gen_ai.thread.id", "microsoft.gen_ai.main_agent.conversation_id", "session.id",
+)
+"""Span attributes that name the conversation a trace belongs to, most specific first."""
+
+
 class SpanEvent(_Frozen):
     name: str
     time: datetime
@@ -45,6 +51,10 @@ class SpanRecord(_Frozen):
 
     ``attributes`` values are what the producer wrote: strings (often JSON strings), numbers, booleans, lists or
     (for structured OTLP values) dicts. ``truncated_keys`` names attributes the source knows were cut short.
+
+    A record of ``kind == "event"`` is a span event or a log record delivered on its own (an App Insights
+    ``traces`` row, an OTLP log record): ``parent_span_id`` is the span it belongs to, ``name`` its event
+    name, and assembly folds it into that span's ``events``.
     """
 
     trace_id: str
@@ -59,6 +69,10 @@ class SpanRecord(_Frozen):
     resource: dict[str, Any] = Field(default_factory=dict)
     status: str = "unset"
     truncated_keys: tuple[str, ...] = ()
+    scope: str = ""
+    """The instrumentation scope's name (``opentelemetry.instrumentation.openai_v2``, ``agent_framework`` ...):
+    which library wrote the span, so the convention it follows and its content switch are known. Empty when
+    the source does not carry it (Application Insights)."""
 
     @field_validator("start_time", "end_time")
     @classmethod
@@ -67,8 +81,13 @@ class SpanRecord(_Frozen):
 
     @property
     def conversation_id(self) -> str | None:
-        value = self.attributes.get("gen_ai.conversation.id") or self.attributes.get("gen_ai.thread.id")
-        return str(value) if value else None
+        """``gen_ai.conversation.id``, ``gen_ai.thread.id`` (Azure SDKs), ``session.id`` (OpenInference) or
+        ``microsoft.gen_ai.main_agent.conversation_id`` (propagated by the Azure Monitor distro)."""
+        for key in CONVERSATION_ID_KEYS:
+            value = self.attributes.get(key)
+            if value:
+                return str(value)
+        return None
 
     @property
     def operation(self) -> str | None:
@@ -134,10 +153,13 @@ class Conversation(_Frozen):
     """True when a source reported that a message attribute was cut short (App Insights caps values)."""
     reference: str | None = None
     """An expected final answer, when the input supplies one (``final_response_match``)."""
+    scopes: tuple[str, ...] = ()
+    """The instrumentation scopes of its spans (which libraries wrote them), when the source keeps them."""
 
     @property
     def agent(self) -> str:
-        """The metric label: ``gen_ai.agent.name``, else the agent id, else ``unknown``."""
+        """The metric label: ``gen_ai.agent.name`` (else the resource's ``service.name``, set by assembly), else
+        the agent id, else ``unknown``."""
         return self.agent_name or self.agent_id or "unknown"
 
     @property

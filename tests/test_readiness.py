@@ -169,7 +169,7 @@ def test_conversations_without_content_are_skipped_and_health_names_the_capture_
     assert monitor.registry.get_sample_value("rubric_monitor_conversations_total", {"stage": "no_content"}) == 12
     problems = " ".join(monitor.health.problems())
     assert "12 of the last 13 conversations" in problems
-    assert "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true" in problems
+    assert "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=span_only" in problems
     assert "AZURE_TRACING_GEN_AI_CONTENT_RECORDING_ENABLED=true" in problems
     assert monitor.registry.get_sample_value("rubric_monitor_health") == 0
     assert monitor.run_cycle(NOW).judge_calls == 0  # skipped for good, not retried

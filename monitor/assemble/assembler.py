@@ -15,6 +15,7 @@ Bad content never raises: an attribute that fails its schema is ignored and coun
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from collections import Counter, defaultdict, deque
@@ -23,16 +24,16 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from monitor.formats.conventions import inference_operation, read_span_content
 from monitor.formats.genai import (
     SYSTEM_ROLES,
     TOOL_CALL_RESULT,
     ReadCache,
     SpanContent,
     TimedMessage,
-    read_span_content,
 )
 from monitor.formats.json_text import cycle_collection_paused, load_json, maybe_json_object
-from monitor.models import Conversation, Message, Part, SpanEvent, SpanRecord, ToolDefinition
+from monitor.models import CONVERSATION_ID_KEYS, Conversation, Message, Part, SpanEvent, SpanRecord, ToolDefinition
 
 logger = logging.getLogger(__name__)
 
@@ -41,7 +42,6 @@ TOKEN_OPERATIONS = INFERENCE_OPERATIONS | {"embeddings"}
 AGENT_OPERATIONS = frozenset({"invoke_agent", "create_agent", "invoke_workflow"})
 EXECUTE_TOOL = "execute_tool"
 _KNOWN_OPERATIONS = TOKEN_OPERATIONS | AGENT_OPERATIONS | {EXECUTE_TOOL, "retrieval"}
-_CONVERSATION_KEYS = ("gen_ai.conversation.id", "gen_ai.thread.id")
 # json.dumps(..., sort_keys=True, default=str, ensure_ascii=False), without building an encoder per call.
 _KEY_ENCODER = json.JSONEncoder(sort_keys=True, default=str, ensure_ascii=False)
 
@@ -55,28 +55,36 @@ class Assembly:
     """Content attributes or events ignored because they were invalid, by reason."""
 
 
-def assemble(spans: Iterable[SpanRecord]) -> Assembly:
-    """Conversations of ``spans`` (any mix of traces, with or without event rows), oldest first."""
+def assemble(spans: Iterable[SpanRecord], key: str | None = None) -> Assembly:
+    """Conversations of ``spans`` (any mix of traces, with or without event rows), oldest first. With ``key``, the
+    spans are one conversation's, grouped already (by the store, by the same rules): one conversation comes out,
+    under that key."""
     with cycle_collection_paused():
-        return _assemble(spans)
+        return _assemble(spans, key)
 
 
-def _assemble(spans: Iterable[SpanRecord]) -> Assembly:
+def _assemble(spans: Iterable[SpanRecord], one_key: str | None = None) -> Assembly:
     records = _dedupe(spans)
     folded = fold_event_rows(records)
     real_spans = {(r.trace_id, r.span_id) for r in records if r.kind != "event"}
     by_trace: dict[str, list[SpanRecord]] = defaultdict(list)
     for span in folded:
         by_trace[span.trace_id].append(span)
+    cache = ReadCache()
+    contents: dict[SpanKey, SpanContent] = {}
     by_key: dict[str, list[list[SpanRecord]]] = defaultdict(list)
-    for trace_spans in by_trace.values():
-        by_key[conversation_key(trace_spans)].append(trace_spans)
+    if one_key is not None:
+        by_key[one_key] = list(by_trace.values()) if by_trace else []
+        if not by_trace:
+            del by_key[one_key]
+    else:
+        for key, trace_spans in _group_traces(list(by_trace.values()), cache, contents):
+            by_key[key].append(trace_spans)
     rejected: Counter[str] = Counter()
     problems: list[str] = []
-    cache = ReadCache()
     facts = _MessageFacts()
     conversations = [
-        _ConversationBuilder(key, traces, real_spans, cache, facts).build(rejected, problems)
+        _ConversationBuilder(key, traces, real_spans, cache, facts, contents).build(rejected, problems)
         for key, traces in by_key.items()
     ]
     conversations.sort(key=lambda c: (c.started_at or datetime.max.replace(tzinfo=UTC), c.id))
@@ -88,6 +96,87 @@ def _assemble(spans: Iterable[SpanRecord]) -> Assembly:
         for problem in problems[1:]:
             logger.debug("ignored invalid content: %s", problem)
     return Assembly(conversations=conversations, rejected=dict(rejected))
+
+
+def _group_traces(
+    traces: list[list[SpanRecord]], cache: ReadCache, contents: dict[SpanKey, SpanContent]
+) -> list[tuple[str, list[SpanRecord]]]:
+    """Each trace with its conversation key: the id it names, else the conversation whose complete transcript
+    its first model input extends (a session without a conversation id, one trace per agent run or per model
+    call), else its own trace id."""
+    keyed = [(conversation_key(trace), trace) for trace in traces]
+    if sum(1 for key, trace in keyed if key == trace[0].trace_id) == 0 or len(keyed) < 2:
+        return keyed
+    keyed.sort(key=lambda item: min((s.start_time, s.span_id) for s in item[1]))
+    tails: dict[str, str] = {}
+    result: list[tuple[str, list[SpanRecord]]] = []
+    for key, trace in keyed:
+        transcript = trace_transcript(trace, cache, contents)
+        if key == trace[0].trace_id and transcript is not None:
+            key = next((tails[head] for head in reversed(transcript.heads) if head in tails), key)
+        if transcript is not None and transcript.tail is not None:
+            tails.setdefault(transcript.tail, key)
+        result.append((key, trace))
+    return result
+
+
+@dataclass(frozen=True)
+class TraceTranscript:
+    """What one trace shows of its conversation, as hashes, to join the traces of a session that names no
+    conversation id.
+
+    ``heads[k]`` hashes the system instructions and the first ``k + 2`` messages of the trace's first model
+    input; ``tail`` hashes the system instructions and the whole transcript at its last model call (input and
+    reply). A trace whose first input has a head equal to another trace's tail extends that conversation.
+    """
+
+    heads: tuple[str, ...]
+    tail: str | None
+    awaiting_tool_result: bool
+    """The transcript ends on an assistant tool call whose result is not in it yet."""
+
+
+def trace_transcript(
+    spans: Sequence[SpanRecord], cache: ReadCache | None = None, contents: dict[SpanKey, SpanContent] | None = None,
+) -> TraceTranscript | None:
+    """The ``TraceTranscript`` of a trace's spans (event records folded in); None without model calls or
+    content."""
+    folded = fold_event_rows(spans) if any(s.kind == "event" for s in spans) else list(spans)
+    calls = sorted((s for s in folded if operation_of(s) in INFERENCE_OPERATIONS),
+                   key=lambda s: (s.start_time, s.span_id))
+    reader = cache or ReadCache()
+    read: list[SpanContent] = []
+    for span in calls:
+        found = contents.get((span.trace_id, span.span_id)) if contents is not None else None
+        if found is None:
+            found = read_span_content(span, cache=reader)
+            if contents is not None:
+                contents[(span.trace_id, span.span_id)] = found
+        if found.input:
+            read.append(found)
+    if not read:
+        return None
+    first, last = read[0], read[-1]
+    first_system, first_keys = _transcript_keys(first.input, first.system_instructions)
+    heads: list[str] = []
+    digest = hashlib.blake2b(first_system.encode(), digest_size=16)
+    for index, key in enumerate(first_keys):
+        digest.update(b"\x1e" + key.encode())
+        if index >= 1:
+            heads.append(digest.copy().hexdigest())
+    last_system, last_keys = _transcript_keys(last.input + last.output[:1], last.system_instructions)
+    tail = hashlib.blake2b(last_system.encode(), digest_size=16)
+    for key in last_keys:
+        tail.update(b"\x1e" + key.encode())
+    ending = [m.message for m in last.input + last.output[:1] if m.message.role not in SYSTEM_ROLES]
+    awaiting = bool(ending) and ending[-1].role == "assistant" and bool(ending[-1].tool_calls)
+    return TraceTranscript(tuple(heads), tail.hexdigest() if len(last_keys) >= 2 else None, awaiting)
+
+
+def _transcript_keys(messages: Sequence[TimedMessage], instructions: Sequence[str]) -> tuple[str, list[str]]:
+    system = [*instructions, *(m.message.text for m in messages if m.message.role in SYSTEM_ROLES)]
+    keys = [message_key(m.message) for m in messages if m.message.role not in SYSTEM_ROLES]
+    return "\n\n".join(dict.fromkeys(t for t in system if t)), keys
 
 
 def conversation_key(spans: Iterable[SpanRecord]) -> str:
@@ -110,7 +199,7 @@ def conversation_key(spans: Iterable[SpanRecord]) -> str:
 
 def _event_conversation_id(events: Iterable[SpanEvent]) -> str | None:
     for event in events:
-        for key in _CONVERSATION_KEYS:
+        for key in CONVERSATION_ID_KEYS:
             if event.attributes.get(key):
                 return str(event.attributes[key])
     return None
@@ -175,7 +264,12 @@ def _depths(spans: Sequence[SpanRecord]) -> dict[SpanKey, int]:
 
 
 def operation_of(span: SpanRecord) -> str | None:
-    """``gen_ai.operation.name``, else the operation a conventional span name starts with (``chat gpt-4o``)"""
+    """``gen_ai.operation.name``, else the operation a conventional span name starts with (``chat gpt-4o``);
+    model calls of conventions that name them otherwise (OpenInference, OpenLLMetry 0.4x, Semantic Kernel's
+    ``chat.completions``) are ``chat``."""
+    aliased = inference_operation(span)
+    if aliased is not None:
+        return aliased
     if span.operation:
         return span.operation
     first_word = span.name.split(" ", 1)[0]
@@ -220,6 +314,7 @@ class _ConversationBuilder:
         real_spans: set[SpanKey],
         cache: ReadCache,
         facts: _MessageFacts,
+        contents: dict[SpanKey, SpanContent] | None = None,
     ) -> None:
         self.key = key
         self.traces = sorted(traces, key=lambda t: min((s.start_time, s.span_id) for s in t))
@@ -227,7 +322,11 @@ class _ConversationBuilder:
         self.depths = _depths(self.spans)
         self.parents = {(s.trace_id, s.span_id): s.parent_span_id for s in self.spans}
         self.span_count = sum(1 for s in self.spans if (s.trace_id, s.span_id) in real_spans)
-        self.contents = {(s.trace_id, s.span_id): read_span_content(s, cache=cache) for s in self.spans}
+        known = contents or {}
+        self.contents = {
+            (s.trace_id, s.span_id): known.get((s.trace_id, s.span_id)) or read_span_content(s, cache=cache)
+            for s in self.spans
+        }
         self.facts = facts
         self.system_texts: list[str] = []
         # Sorting keys and operations are asked for many times per span: each is computed once.
@@ -270,6 +369,7 @@ class _ConversationBuilder:
             last_activity_at=max(ends),
             span_count=self.span_count,
             truncated=any(c.truncated for c in self.contents.values()),
+            scopes=tuple(dict.fromkeys(s.scope for s in self.ordered if s.scope)),
         )
 
     # -- messages
@@ -341,11 +441,21 @@ class _ConversationBuilder:
                         return str(value)
             return None
 
-        return (
-            first("gen_ai.agent.name", "azure.ai.agentserver.agent_name"),
-            first("gen_ai.agent.id", "azure.ai.agentserver.agent_id"),
-            first("gen_ai.agent.version") or self.service_version(),
-        )
+        name = first("gen_ai.agent.name", "azure.ai.agentserver.agent_name", "agent.name")
+        identifier = first("gen_ai.agent.id", "azure.ai.agentserver.agent_id")
+        if name is None and identifier is None:
+            name = self.service_name()
+        return name, identifier, first("gen_ai.agent.version") or self.service_version()
+
+    def service_name(self) -> str | None:
+        """The resource's ``service.name``: producers that name no agent (openai-v2, OpenLLMetry) run in a
+        service, and it is the agent's name as the team knows it. The SDK's default
+        (``unknown_service[:executable]``) names nothing."""
+        for span in self.ordered:
+            value = span.resource.get("service.name")
+            if value not in (None, "") and not str(value).startswith("unknown_service"):
+                return str(value)
+        return None
 
     def service_version(self) -> str | None:
         """The resource's ``service.version``: agents that do not set ``gen_ai.agent.version`` are versioned by
@@ -379,10 +489,10 @@ class _ConversationBuilder:
 
 def _usage(span: SpanRecord) -> tuple[int | None, int | None]:
     attributes = span.attributes
-    input_tokens = attributes.get("gen_ai.usage.input_tokens", attributes.get("gen_ai.usage.prompt_tokens"))
-    output_tokens = attributes.get(
-        "gen_ai.usage.output_tokens", attributes.get("gen_ai.usage.completion_tokens")
-    )
+    input_tokens = attributes.get("gen_ai.usage.input_tokens", attributes.get(
+        "gen_ai.usage.prompt_tokens", attributes.get("llm.token_count.prompt")))
+    output_tokens = attributes.get("gen_ai.usage.output_tokens", attributes.get(
+        "gen_ai.usage.completion_tokens", attributes.get("llm.token_count.completion")))
     return _as_count(input_tokens), _as_count(output_tokens)
 
 

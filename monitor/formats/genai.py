@@ -269,10 +269,18 @@ def message_from_json(raw: Mapping[str, Any]) -> Message:
     finish_reason = raw.get("finish_reason")
     return Message(
         role=str(raw["role"]),
-        parts=tuple(part_from_json(part) for part in raw.get("parts") or ()),
+        parts=tuple(part_from_json(part) for part in raw.get("parts") or () if not _is_empty_text(part)),
         name=name if isinstance(name, str) else None,
         finish_reason=finish_reason if isinstance(finish_reason, str) else None,
     )
+
+
+def _is_empty_text(raw: Mapping[str, Any]) -> bool:
+    """A text part without text: streamed replies begin with ``{"type": "text", "content": ""}`` (OpenLLMetry's
+    accumulator, servers whose first chunk says ``"content": ""``) before their tool calls, and the next
+    request repeats the message without it. Kept, it would make one message two (and every turn after it
+    new): it is dropped before messages are keyed, merged or rendered."""
+    return raw.get("type") == "text" and raw.get("content") in ("", None)
 
 
 def part_from_json(raw: Mapping[str, Any]) -> Part:
@@ -388,7 +396,7 @@ class _ContentBuilder:
 
     def build(self) -> SpanContent:
         return SpanContent(
-            input=tuple(self.input),
+            input=tuple(_answer_ids(self.input)),
             output=tuple(self.output),
             system_instructions=tuple(self.instructions),
             tool_definitions=self.tools,
@@ -491,6 +499,28 @@ class _ContentBuilder:
             self.reject("invalid_legacy_event", f"event {event.name}: not an object")
             return None
         return decoded.value
+
+
+def _answer_ids(messages: list[TimedMessage]) -> list[TimedMessage]:
+    """Tool results without a call id (OpenLLMetry's ``gen_ai.tool.message`` records carry none) take the id of
+    the call they answer: the calls of the assistant message before them, in order."""
+    if not any(p.type == "tool_call_response" and p.id is None for m in messages for p in m.message.parts):
+        return messages
+    result: list[TimedMessage] = []
+    pending: list[str] = []
+    for timed in messages:
+        message = timed.message
+        if message.role == "assistant":
+            pending = [p.id for p in message.tool_calls if p.id]
+        elif message.role == "tool" and len(message.parts) == 1 and message.parts[0].type == "tool_call_response":
+            part = message.parts[0]
+            if part.id is None and pending:
+                part = part.model_copy(update={"id": pending[0]})
+                timed = TimedMessage(message.model_copy(update={"parts": (part,)}), timed.time)
+            if part.id in pending:
+                pending.remove(part.id)
+        result.append(timed)
+    return result
 
 
 # ---- legacy bodies ---------------------------------------------------------------------------------------

@@ -53,8 +53,8 @@ FORMAT_SAMPLE_LINES = 200
 
 
 def _is_otlp(head: list[tuple[int, str]]) -> bool:
-    """Whether more of the first lines look like OTLP documents (``resourceSpans``) than like chat records
-    (``messages``): one odd line (``{}``, a header) does not decide the format of the whole file."""
+    """Whether more of the first lines look like OTLP documents (``resourceSpans``, ``resourceLogs``) than like
+    chat records (``messages``): one odd line (``{}``, a header) does not decide the format of the whole file."""
     votes = {"otlp": 0, "chat": 0}
     for _, line in head:
         try:
@@ -62,7 +62,7 @@ def _is_otlp(head: list[tuple[int, str]]) -> bool:
         except (ValueError, RecursionError):
             continue
         if isinstance(record, dict):
-            votes["otlp"] += "resourceSpans" in record
+            votes["otlp"] += "resourceSpans" in record or "resourceLogs" in record
             votes["chat"] += "messages" in record
     return votes["otlp"] > votes["chat"]
 

@@ -2,7 +2,14 @@
 
 One line of the file is one ``{"resourceSpans": [...]}`` object (the OpenTelemetry collector's ``file``
 exporter and the SDKs' OTLP/JSON encoding): resourceSpans → scopeSpans → spans, attributes as
-``[{key, value: AnyValue}]``, ids in hex, times as nanosecond strings. A span that cannot be read (missing
+``[{key, value: AnyValue}]``, ids in hex, times as nanosecond strings. A Collector with one file exporter on
+its traces and logs pipelines writes ``{"resourceLogs": [...]}`` lines into the same file: resourceLogs →
+scopeLogs → logRecords. A GenAI log record (an ``eventName`` or ``event.name`` under ``gen_ai.``, or a
+``gen_ai.*`` attribute: where openai-v2 ``event_only``, util-genai 0.x, OpenLLMetry ``use_attributes=False``
+and Semantic Kernel put message content) becomes an event record (``kind == "event"``) of the span its
+``traceId``/``spanId`` name, its body under the ``body`` attribute; assembly folds it into that span. Other
+log records (the application's own logs) are not GenAI content and are passed over; a GenAI record that
+names no span cannot be placed and is counted (``log_record_without_span``). A span that cannot be read (missing
 ids, bad time, a value of the wrong type) is rejected with a reason and the rest of the line is still read:
 one broken span never costs its neighbours. Lone surrogates (JSON allows ``"\ud83d"``; UTF-8 does not) are
 replaced by U+FFFD in every string read, so no record fails to encode later.
@@ -12,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import json
 import math
 from collections import Counter
@@ -70,13 +78,17 @@ def parse_otlp_line(line: str) -> ParseResult:
 
 
 def parse_otlp_document(doc: Mapping[str, Any]) -> ParseResult:
-    """Spans of one ``{"resourceSpans": [...]}`` object, and how many could not be read, by reason."""
+    """Spans (and GenAI log records, as event records) of one ``{"resourceSpans": [...]}`` or
+    ``{"resourceLogs": [...]}`` object, and how many could not be read, by reason."""
     spans: list[SpanRecord] = []
     rejected: Counter[str] = Counter()
     resource_spans = doc.get("resourceSpans")
-    if not isinstance(resource_spans, list):
+    resource_logs = doc.get("resourceLogs")
+    if not isinstance(resource_spans, list) and not isinstance(resource_logs, list):
         return [], {"missing_resource_spans": 1}
-    for resource_span in resource_spans:
+    if isinstance(resource_logs, list):
+        _parse_resource_logs(resource_logs, spans, rejected)
+    for resource_span in resource_spans if isinstance(resource_spans, list) else ():
         if not isinstance(resource_span, dict):
             rejected["malformed_resource_spans"] += 1
             continue
@@ -91,15 +103,98 @@ def parse_otlp_document(doc: Mapping[str, Any]) -> ParseResult:
             if not isinstance(raw_spans, list):
                 rejected["malformed_scope_spans"] += 1
                 continue
+            scope_name = _scope_name(scope)
             for raw in raw_spans:
                 try:
-                    spans.append(_parse_span(raw, resource, rejected))
+                    spans.append(_parse_span(raw, resource, scope_name, rejected))
                 except OtlpFormatError as exc:
                     rejected[exc.reason] += 1
                 except (TypeError, ValueError, OverflowError, RecursionError):
                     # A field of the wrong type, size or depth ("events": 5, "values": 5): this span only.
                     rejected["malformed_span"] += 1
     return spans, dict(rejected)
+
+
+def _scope_name(scope: Mapping[str, Any]) -> str:
+    # instrumentationLibrary is the pre-1.0 name of scope.
+    raw = scope.get("scope", scope.get("instrumentationLibrary"))
+    name = raw.get("name") if isinstance(raw, dict) else None
+    # SCOPE_NAME is what this module writes for spans whose scope is not known: read back, it is still unknown.
+    return _text(name) if isinstance(name, str) and name != SCOPE_NAME else ""
+
+
+def _parse_resource_logs(resource_logs: list[Any], records: list[SpanRecord], rejected: Counter[str]) -> None:
+    for resource_log in resource_logs:
+        if not isinstance(resource_log, dict):
+            rejected["malformed_resource_logs"] += 1
+            continue
+        resource = _resource_attributes(resource_log, rejected)
+        scopes = resource_log.get("scopeLogs", resource_log.get("instrumentationLibraryLogs", []))
+        if not isinstance(scopes, list):
+            rejected["malformed_scope_logs"] += 1
+            continue
+        for scope in scopes:
+            raw_records = scope.get("logRecords", []) if isinstance(scope, dict) else None
+            if not isinstance(raw_records, list):
+                rejected["malformed_scope_logs"] += 1
+                continue
+            scope_name = _scope_name(scope)
+            for raw in raw_records:
+                try:
+                    record = _parse_log_record(raw, resource, scope_name)
+                except OtlpFormatError as exc:
+                    rejected[exc.reason] += 1
+                except (TypeError, ValueError, OverflowError, RecursionError):
+                    rejected["malformed_log_record"] += 1
+                else:
+                    if record is not None:
+                        records.append(record)
+
+
+def _parse_log_record(raw: Any, resource: dict[str, Any], scope_name: str) -> SpanRecord | None:
+    """A GenAI log record as an event record of its span; ``None`` for a record that is not GenAI content."""
+    if not isinstance(raw, dict):
+        raise OtlpFormatError("malformed_log_record", f"a log record is a {type(raw).__name__}, not an object")
+    attributes = parse_attributes(raw.get("attributes"))
+    name = raw.get("eventName") or attributes.get("event.name") or ""
+    name = _text(name) if isinstance(name, str) else ""
+    if not name.startswith("gen_ai.") and not any(key.startswith("gen_ai.") for key in attributes):
+        return None
+    if not raw.get("traceId") or not raw.get("spanId"):
+        raise OtlpFormatError("log_record_without_span",
+                              f"GenAI log record {name or '(unnamed)'} names no trace and span")
+    trace_id = parse_id(raw.get("traceId"), 16, "traceId")
+    parent_span_id = parse_id(raw.get("spanId"), 8, "spanId")
+    # SDKs that emit events through the logs API often leave timeUnixNano unset (0): the time it was observed
+    # is then the event's time.
+    moment = raw.get("timeUnixNano")
+    if moment in (None, "", "0", 0):
+        moment = raw.get("observedTimeUnixNano")
+    time = parse_unix_nanos(moment, "log record timeUnixNano", reason="invalid_event_time")
+    body = parse_any_value(raw.get("body"))
+    if body not in (None, "", {}, []):
+        attributes["body"] = body
+    try:
+        return SpanRecord(
+            trace_id=trace_id,
+            span_id=_record_id(raw),
+            parent_span_id=parent_span_id,
+            name=name,
+            kind="event",
+            start_time=time,
+            attributes=attributes,
+            resource=resource,
+            scope=scope_name,
+        )
+    except ValidationError as exc:
+        raise OtlpFormatError("malformed_log_record", f"log record of span {parent_span_id}: "
+                                                      f"{exc.errors()[0]['msg']}") from exc
+
+
+def _record_id(raw: Mapping[str, Any]) -> str:
+    """A stable id for a log record (records have none), so reading the same line again gives the same one."""
+    canonical = json.dumps(raw, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    return hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
 def _resource_attributes(resource_span: Mapping[str, Any], rejected: Counter[str]) -> dict[str, Any]:
@@ -116,7 +211,7 @@ def _resource_attributes(resource_span: Mapping[str, Any], rejected: Counter[str
     return {}
 
 
-def _parse_span(raw: Any, resource: dict[str, Any], rejected: Counter[str]) -> SpanRecord:
+def _parse_span(raw: Any, resource: dict[str, Any], scope_name: str, rejected: Counter[str]) -> SpanRecord:
     if not isinstance(raw, dict):
         raise OtlpFormatError("malformed_span", f"a span is a {type(raw).__name__}, not an object")
     trace_id = parse_id(raw.get("traceId"), 16, "traceId")
@@ -148,6 +243,7 @@ def _parse_span(raw: Any, resource: dict[str, Any], rejected: Counter[str]) -> S
             events=tuple(events),
             resource=resource,
             status=_parse_status(raw.get("status")),
+            scope=scope_name,
         )
     except ValidationError as exc:
         raise OtlpFormatError("malformed_span", f"span {span_id}: {exc.errors()[0]['msg']}") from exc
@@ -305,18 +401,19 @@ def spans_to_otlp_document(spans: Iterable[SpanRecord]) -> dict[str, Any]:
     missing = sorted(set(event_rows) - known)
     if missing:
         raise ValueError(f"event rows name parent span {missing[0]!r}, which is not among the spans given")
-    groups: dict[str, tuple[dict[str, Any], list[dict[str, Any]]]] = {}
+    groups: dict[str, tuple[dict[str, Any], dict[str, list[dict[str, Any]]]]] = {}
     for span in real:
         key = json.dumps(span.resource, sort_keys=True, default=str)
         extra = tuple(event_rows.get(span.span_id, ()))
-        groups.setdefault(key, (span.resource, []))[1].append(_span_to_json(span, extra))
+        scopes = groups.setdefault(key, (span.resource, {}))[1]
+        scopes.setdefault(span.scope or SCOPE_NAME, []).append(_span_to_json(span, extra))
     return {
         "resourceSpans": [
             {
                 "resource": {"attributes": attributes_to_json(resource)},
-                "scopeSpans": [{"scope": {"name": SCOPE_NAME}, "spans": span_list}],
+                "scopeSpans": [{"scope": {"name": scope}, "spans": span_list} for scope, span_list in scopes.items()],
             }
-            for resource, span_list in groups.values()
+            for resource, scopes in groups.values()
         ]
     }
 

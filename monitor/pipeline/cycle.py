@@ -23,6 +23,7 @@ from monitor.assemble import assemble
 from monitor.errors import JudgeError, JudgeUnavailable, SourceError, StoreError
 from monitor.evaluators.base import EvaluationContext, Evaluator, JudgeUsage, unscored_result
 from monitor.evaluators.views import expected_turns
+from monitor.formats.conventions import content_switch
 from monitor.metrics import MonitorMetrics
 from monitor.models import Conversation, EvaluationResult, SpanRecord, utc_now
 from monitor.pipeline.budget import BudgetGate
@@ -135,6 +136,8 @@ class Pipeline:
     """After ``stop`` is set, judge calls in flight get this long; then they are abandoned, their evaluations
     left pending (neither recorded nor lost)."""
     _content_seen: deque[bool] = field(default_factory=lambda: deque(maxlen=CONTENT_SAMPLE))
+    _empty_scopes: deque[tuple[str, ...]] = field(default_factory=lambda: deque(maxlen=CONTENT_SAMPLE))
+    """Instrumentation scopes of the recent conversations without content: whose switch the hint names."""
     _judge_failing: str | None = None
     replica: str = field(default_factory=replica_id)
     """This replica's name on the conversations it claims."""
@@ -268,7 +271,7 @@ class Pipeline:
     def _assemble(self, item: PendingConversation) -> Conversation | None:
         spans = self.store.spans_of(item.key)
         try:
-            assembly = assemble(spans)
+            assembly = assemble(spans, key=item.key)
         except Exception:
             # Deterministic: the same spans fail the same way next cycle, so the conversation is set aside
             # (logged, counted) rather than blocking every cycle after it.
@@ -314,7 +317,7 @@ class Pipeline:
                 self.store.mark_scored_many(done)
                 done.clear()
             rubrics = self.rubrics.for_agent(conversation.agent_name, conversation.agent_id)
-            self._content_seen.append(conversation.has_content)
+            self._note_content(conversation)
             if rubrics and not conversation.has_content:
                 # Content capture is off at the source: a verdict on an empty transcript would be made up.
                 for rubric in rubrics:
@@ -372,17 +375,26 @@ class Pipeline:
             return None
         return f"unreachable since its last call failed ({self._judge_failing}); evaluations wait"
 
+    def _note_content(self, conversation: Conversation) -> None:
+        self._content_seen.append(conversation.has_content)
+        if not conversation.has_content:
+            self._empty_scopes.append(conversation.scopes)
+
     def content_problem(self) -> str | None:
         """For ``/healthz``: most recent conversations of the source carry no message content."""
         seen = list(self._content_seen)
         empty = seen.count(False)
         if len(seen) < CONTENT_SAMPLE_MIN or empty * 2 <= len(seen):
             return None
+        switches = content_switch(list(dict.fromkeys(s for scopes in self._empty_scopes for s in scopes)))
+        advice = "; ".join(switches) if switches else (
+            "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=span_only (opentelemetry-util-genai 1.x; "
+            "=true for 0.x) for the OpenTelemetry GenAI instrumentations, "
+            "AZURE_TRACING_GEN_AI_CONTENT_RECORDING_ENABLED=true for the Azure AI / Foundry SDKs, "
+            "enable_sensitive_data for Agent Framework, TRACELOOP_TRACE_CONTENT=true for OpenLLMetry")
         return (f"{empty} of the last {len(seen)} conversations read from source {self.source.name} carry no "
                 "message content, so they are not judged (skipped: no_content). Turn content capture on in "
-                "the instrumented agents: OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true for the "
-                "OpenTelemetry GenAI instrumentations, AZURE_TRACING_GEN_AI_CONTENT_RECORDING_ENABLED=true for "
-                "the Azure AI / Foundry SDKs")
+                f"the instrumented agents ({advice}); see docs/producers.md")
 
     def _export_backlog(self, now: datetime) -> None:
         horizon = now - self.completeness_delay

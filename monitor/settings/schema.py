@@ -119,6 +119,9 @@ class ConversationSettings(_Section):
     """A conversation is scored once no span has arrived for it for this long."""
     max_age_seconds: float = Field(default=3600.0, gt=0, le=MAX_SECONDS)
     """...or once its first span is this old, even if it is still active."""
+    tool_result_grace_seconds: float = Field(default=300.0, ge=0, le=MAX_SECONDS)
+    """A conversation whose last message is an assistant tool call without its result (the agent is still
+    running the tool) waits this much longer than the idle timeout for the result before it is scored."""
     late_turns: Literal["ignore", "rescore"] = "ignore"
     """Turns that arrive after a conversation was scored: ignore them, or score again as a new revision that
     supersedes the old result (both are stored; metrics count the current one)."""

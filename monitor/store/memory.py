@@ -10,5 +10,5 @@ from monitor.store.sql import SqlStore
 
 
 class InMemoryStore(SqlStore):
-    def __init__(self) -> None:
-        super().__init__("sqlite+pysqlite:///:memory:")
+    def __init__(self, *, tool_result_grace_seconds: float = 0.0) -> None:
+        super().__init__("sqlite+pysqlite:///:memory:", tool_result_grace_seconds=tool_result_grace_seconds)

@@ -33,6 +33,7 @@ from monitor.store.tables import (
     failure_log_table,
     failures_table,
     results_table,
+    trace_transcripts_table,
     traces_table,
 )
 
@@ -109,6 +110,7 @@ def _forget_conversations(conn: Connection, scored_before: float, batch: int) ->
     if not keys:
         return 0, 0
     traces = conn.execute(delete(traces_table).where(traces_table.c.conversation_key.in_(keys))).rowcount or 0
+    conn.execute(delete(trace_transcripts_table).where(trace_transcripts_table.c.conversation_key.in_(keys)))
     conversations = conn.execute(delete(conversations_table).where(c.key.in_(keys))).rowcount or 0
     return traces, conversations
 

@@ -36,7 +36,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.pool import StaticPool
 
-from monitor.assemble import conversation_key
+from monitor.assemble import TraceTranscript, conversation_key, trace_transcript
 from monitor.errors import StoreError
 from monitor.models import EvaluationResult, SpanRecord, utc_now
 from monitor.store import retention
@@ -69,6 +69,7 @@ from monitor.store.tables import (
     results_table,
     rollups_table,
     spans_table,
+    trace_transcripts_table,
     traces_table,
     usage_table,
 )
@@ -131,8 +132,10 @@ class SqlStore:
     """``ResultStore`` over any SQLAlchemy URL. An empty database is created at the newest schema revision; one
     behind it is upgraded with ``migrate="auto"``, else refused (``SchemaBehind``, see ``monitor.store.migrate``)."""
 
-    def __init__(self, url: str, migrate: MigrateMode = "auto") -> None:
+    def __init__(self, url: str, migrate: MigrateMode = "auto", *, tool_result_grace_seconds: float = 0.0) -> None:
         self.url = url
+        self.tool_result_grace_seconds = tool_result_grace_seconds
+        """How much longer than the idle timeout a conversation paused on a tool call waits for its result."""
         self.clock: Callable[[], datetime] = utc_now
         self.outbox_enabled = False
         """Queue every recorded result for write-back (``writeback.kind`` is not ``off``)."""
@@ -250,7 +253,10 @@ class SqlStore:
             by_trace: dict[str, list[SpanRecord]] = defaultdict(list)
             for span in new:
                 by_trace[span.trace_id].append(span)
-            keys = {trace: self._conversation_key(conn, trace, group) for trace, group in by_trace.items()}
+            # Oldest first: a later trace of a session may join the conversation an earlier one of this batch began.
+            ordered = sorted(by_trace.items(), key=lambda item: min((s.start_time, s.span_id) for s in item[1]))
+            transcripts = {trace: trace_transcript(group) for trace, group in ordered}
+            keys = {trace: self._conversation_key(conn, trace, group, transcripts[trace]) for trace, group in ordered}
             if new:
                 conn.execute(insert(spans_table), [
                     {"span_id": s.span_id, "trace_id": s.trace_id, "conversation_key": keys[s.trace_id],
@@ -261,8 +267,9 @@ class SqlStore:
             per_key: dict[str, list[SpanRecord]] = defaultdict(list)
             for trace, group in by_trace.items():
                 per_key[keys[trace]].extend(group)
+            awaiting = self._awaiting(by_trace, transcripts, keys)
             for key, group in per_key.items():
-                outcome = self._touch_conversation(conn, key, group, late_turns)
+                outcome = self._touch_conversation(conn, key, group, late_turns, awaiting.get(key))
                 late_ignored += outcome == "late_ignored"
                 reopened += outcome == "reopened"
             self._save_checkpoint(conn, source, checkpoint)
@@ -282,32 +289,96 @@ class SqlStore:
             found.update(pair for pair in ((str(r[0]), str(r[1])) for r in rows) if pair in wanted)
         return found
 
-    def _conversation_key(self, conn: Connection, trace_id: str, spans: list[SpanRecord]) -> str:
-        """A trace belongs to the conversation its spans name (the assembler's rule), else to its own trace id; the
-        first span naming it may arrive in a later batch than the rest of the trace."""
+    def _conversation_key(self, conn: Connection, trace_id: str, spans: list[SpanRecord],
+                          transcript: TraceTranscript | None) -> str:
+        """A trace belongs to the conversation its spans name (the assembler's rule), else to the conversation whose
+        complete transcript its first model input extends (a session without an id), else to its own trace id.
+        The first span naming it, or carrying its content (log records), may arrive in a later batch than the
+        rest of the trace."""
         named = _text(conversation_key(spans))
         conversation_id = named if named != trace_id else None
         row = conn.execute(select(traces_table).where(traces_table.c.trace_id == trace_id)).mappings().first()
         if row is not None and (row["from_conversation_id"] or conversation_id is None):
-            return str(row["conversation_key"])
-        key = conversation_id or trace_id
+            key = str(row["conversation_key"])
+            if conversation_id is None and key == trace_id:
+                # Content may arrive after the trace was first stored (its log records in a later batch): the
+                # transcript is the whole trace's.
+                transcript = trace_transcript([*self._stored_trace(conn, trace_id), *spans])
+            if conversation_id is None and key == trace_id and transcript is not None:
+                joined = self._joined_key(conn, trace_id, transcript)
+                if joined is not None:
+                    key = self._move_trace(conn, trace_id, key, joined, from_conversation_id=False)
+            self._record_transcript(conn, trace_id, key, transcript)
+            return key
+        key = conversation_id or (transcript and self._joined_key(conn, trace_id, transcript)) or trace_id
         if row is None:
             conn.execute(insert(traces_table).values(trace_id=trace_id, conversation_key=key,
                                                      from_conversation_id=conversation_id is not None))
+            self._record_transcript(conn, trace_id, key, transcript)
             return key
-        old_key = str(row["conversation_key"])
+        key = self._move_trace(conn, trace_id, str(row["conversation_key"]), key, from_conversation_id=True)
+        self._record_transcript(conn, trace_id, key, transcript)
+        return key
+
+    def _move_trace(self, conn: Connection, trace_id: str, old_key: str, key: str, *,
+                    from_conversation_id: bool) -> str:
+        """Move a trace (keyed by ``old_key`` until now) to conversation ``key``; the key it ends under."""
         old = conn.execute(select(conversations_table).where(conversations_table.c.key == old_key)).mappings().first()
         if old is not None and old["status"] != "pending":
             # Scored already under its trace id: it stays there, and the late-turns policy applies to it.
             return old_key
-        # The trace was keyed by its id until a span naming its conversation arrived: move it over.
         conn.execute(update(traces_table).where(traces_table.c.trace_id == trace_id)
-                     .values(conversation_key=key, from_conversation_id=True))
+                     .values(conversation_key=key, from_conversation_id=from_conversation_id))
         conn.execute(update(spans_table).where(spans_table.c.trace_id == trace_id).values(conversation_key=key))
+        conn.execute(update(trace_transcripts_table).where(trace_transcripts_table.c.conversation_key == old_key)
+                     .values(conversation_key=key))
         if old is not None:
             conn.execute(delete(conversations_table).where(conversations_table.c.key == old_key))
             self._merge_conversation(conn, key, old["first_span_ts"], old["last_span_ts"], old["span_count"])
         return key
+
+    @staticmethod
+    def _stored_trace(conn: Connection, trace_id: str) -> list[SpanRecord]:
+        query = select(spans_table.c.payload).where(spans_table.c.trace_id == trace_id)
+        return [SpanRecord.model_validate_json(p) for p in conn.execute(query).scalars()]
+
+    @staticmethod
+    def _joined_key(conn: Connection, trace_id: str, transcript: TraceTranscript) -> str | None:
+        """The conversation whose complete transcript ``transcript``'s first input extends, longest match first."""
+        if not transcript.heads:
+            return None
+        t = trace_transcripts_table.c
+        rows = conn.execute(select(t.tail_hash, t.conversation_key)
+                            .where(t.tail_hash.in_(list(transcript.heads)), t.trace_id != trace_id)
+                            .order_by(t.conversation_key)).all()
+        found = {str(r.tail_hash): str(r.conversation_key) for r in reversed(rows)}
+        return next((found[head] for head in reversed(transcript.heads) if head in found), None)
+
+    @staticmethod
+    def _record_transcript(conn: Connection, trace_id: str, key: str, transcript: TraceTranscript | None) -> None:
+        if transcript is None or transcript.tail is None:
+            return
+        t = trace_transcripts_table.c
+        updated = conn.execute(update(trace_transcripts_table).where(t.trace_id == trace_id)
+                               .values(tail_hash=transcript.tail, conversation_key=key)).rowcount
+        if not updated:
+            conn.execute(insert(trace_transcripts_table).values(trace_id=trace_id, tail_hash=transcript.tail,
+                                                                conversation_key=key))
+
+    @staticmethod
+    def _awaiting(by_trace: dict[str, list[SpanRecord]], transcripts: dict[str, TraceTranscript | None],
+                  keys: dict[str, str]) -> dict[str, bool]:
+        """Per conversation touched: whether its newest trace of this batch (with content) ends on a tool call."""
+        newest: dict[str, tuple[datetime, bool]] = {}
+        for trace, group in by_trace.items():
+            transcript = transcripts.get(trace)
+            if transcript is None:
+                continue
+            end = max(s.end_time or s.start_time for s in group)
+            key = keys[trace]
+            if key not in newest or end >= newest[key][0]:
+                newest[key] = (end, transcript.awaiting_tool_result)
+        return {key: awaiting for key, (_, awaiting) in newest.items()}
 
     @staticmethod
     def _merge_conversation(conn: Connection, key: str, first: float, last: float, count: int) -> None:
@@ -321,20 +392,23 @@ class SqlStore:
                 span_count=row["span_count"] + count))
 
     @staticmethod
-    def _touch_conversation(conn: Connection, key: str, spans: list[SpanRecord], late_turns: LatePolicy) -> str:
+    def _touch_conversation(conn: Connection, key: str, spans: list[SpanRecord], late_turns: LatePolicy,
+                            awaiting: bool | None = None) -> str:
         first = min(_ts(s.start_time) for s in spans)
         last = max(_ts(s.end_time or s.start_time) for s in spans)
         row = conn.execute(select(conversations_table).where(conversations_table.c.key == key)).mappings().first()
         if row is None:
             conn.execute(insert(conversations_table).values(
                 key=key, first_span_ts=first, last_span_ts=last, span_count=len(spans), status="pending",
-                revision=0))
+                revision=0, awaiting_tool_result=bool(awaiting)))
             return "new"
         values: dict[str, Any] = {
             "first_span_ts": min(first, row["first_span_ts"]),
             "last_span_ts": max(last, row["last_span_ts"]),
             "span_count": row["span_count"] + len(spans),
         }
+        if awaiting is not None and last >= row["last_span_ts"]:
+            values["awaiting_tool_result"] = awaiting
         outcome = "updated"
         if row["status"] != "pending":
             if late_turns == "ignore" or row["status"] == "pruned":
@@ -420,10 +494,12 @@ class SqlStore:
             rows = conn.execute(select(c.key, c.status, c.claimed_by)).all()
         return {str(r.key): (str(r.status), r.claimed_by) for r in rows}
 
-    @staticmethod
-    def _ready(idle_before: datetime, started_before: datetime) -> ColumnElement[bool]:
+    def _ready(self, idle_before: datetime, started_before: datetime) -> ColumnElement[bool]:
+        """Idle long enough (longer by the tool-result grace when paused on a tool call), or old enough."""
         c = conversations_table.c
-        return (c.last_span_ts <= _ts(idle_before)) | (c.first_span_ts <= _ts(started_before))
+        idle = _ts(idle_before)
+        paused_idle = (c.awaiting_tool_result.is_(False)) | (c.last_span_ts <= idle - self.tool_result_grace_seconds)
+        return ((c.last_span_ts <= idle) & paused_idle) | (c.first_span_ts <= _ts(started_before))
 
     def backlog(self, idle_before: datetime, started_before: datetime, future_after: datetime) -> Backlog:
         c = conversations_table.c

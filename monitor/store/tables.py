@@ -6,7 +6,19 @@ Times are UTC epoch seconds (floats): exact to compare on every backend, no naiv
 
 from __future__ import annotations
 
-from sqlalchemy import Boolean, Column, Float, Index, Integer, MetaData, String, Table, Text, UniqueConstraint
+from sqlalchemy import (
+    Boolean,
+    Column,
+    Float,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+    false,
+)
 
 metadata = MetaData()
 
@@ -25,6 +37,14 @@ traces_table = Table(
     Column("conversation_key", Text, nullable=False),
     Column("from_conversation_id", Boolean, nullable=False),
 )
+trace_transcripts_table = Table(
+    "trace_transcripts", metadata,
+    # A trace's complete transcript at its last model call, as a hash (``TraceTranscript.tail``): a later trace
+    # of the same session whose first model input extends it joins its conversation (sessions without an id).
+    Column("trace_id", Text, primary_key=True),
+    Column("tail_hash", Text, nullable=False, index=True),
+    Column("conversation_key", Text, nullable=False, index=True),
+)
 conversations_table = Table(
     "conversations", metadata,
     Column("key", Text, primary_key=True),
@@ -38,6 +58,9 @@ conversations_table = Table(
     # judging; a dead replica's claims expire and another takes them over).
     Column("claimed_by", Text),
     Column("claim_expires_ts", Float),
+    # Its newest model call ended on a tool call whose result has not arrived: ready only after the idle
+    # timeout and the tool-result grace (the agent is still working, not finished).
+    Column("awaiting_tool_result", Boolean, nullable=False, server_default=false()),
 )
 checkpoints_table = Table(
     "checkpoints", metadata,
