@@ -82,10 +82,20 @@ def _sniff(data: bytes) -> str | None:
     return None
 
 
+_SNIFFED = frozenset(mime for _, mime in _MAGIC) | {"video/mp4"}
+
+
 def _checked_type(declared: str | None, data: bytes, source: str) -> str:
-    mime = (declared or "").split(";")[0].strip().lower() or _sniff(data)
+    """The media's type: the declared one when the bytes agree (a type whose first bytes we know must show them),
+    else the one the bytes show; never something that is not an image or a video."""
+    named = (declared or "").split(";")[0].strip().lower()
+    sniffed = _sniff(data)
+    mime = named or sniffed
     if not mime or mime.split("/")[0] not in ("image", "video"):
         raise MediaProblem("media_unreadable", f"{source}: not an image or a video ({mime or 'unknown type'})")
+    if named in _SNIFFED and sniffed != named:
+        raise MediaProblem("media_unreadable", f"{source}: declared {named}, but the bytes are "
+                                               f"{sniffed or 'not a known image or video format'}")
     return mime
 
 
