@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+from azure.ai.projects import models
 from prometheus_client import CollectorRegistry
 from pydantic import SecretStr
 
@@ -19,6 +20,7 @@ from monitor.evaluators import build_evaluators
 from monitor.evaluators.base import EvaluationContext
 from monitor.evaluators.code import CodeEvaluator
 from monitor.evaluators.endpoint import EndpointEvaluator, EvaluatorServiceRefused, EvaluatorServiceUnavailable
+from monitor.evaluators.foundry import verdict
 from monitor.evaluators.prompt_based import PromptEvaluator
 from monitor.evaluators.versions import builtin_version
 from monitor.judge.openai_judge import OpenAIJudge
@@ -28,6 +30,7 @@ from monitor.models import Conversation, EvaluationResult, Message, Part, ToolDe
 from monitor.rubrics.evaluator_kinds import CodeEvaluatorRubric, EndpointEvaluatorRubric, PromptEvaluatorRubric
 from monitor.rubrics.loader import parse_rubric
 from monitor.settings import JudgeSettings
+from monitor.writeback import event
 from tests.fakes.openai_server import Recorded, Reply, ScriptedOpenAIServer, completion
 
 T = TypeVar("T")
@@ -339,3 +342,72 @@ def test_endpoint_401_waits_for_the_credential(tmp_path: Path) -> None:
     outcome, requests = call_endpoint(lambda _: Reply(status=401, json_body={"error": "bad token"}), tmp_path)
     assert isinstance(outcome, EvaluatorServiceRefused) and "HTTP 401" in str(outcome)
     assert len(requests) == 1  # not retried: the same token would be refused again
+
+
+# -- the results flow like any rubric's -------------------------------------------------------------------------
+
+
+def test_every_metric_is_exported_and_written_back_like_a_dimension_score() -> None:
+    rubric = load(PROMPT)
+    judge = ScriptedJudge(lambda _: '{"helpfulness": 4, "contains_time": false, "reason": "no hour"}')
+    result = one(run(PromptEvaluator().evaluate(CONVERSATION, rubric, context(judge))))
+    assert result.outcome == "fail"  # contains_time is boolean with direction increase: false fails
+    metrics = MonitorMetrics(CollectorRegistry())
+    metrics.quality.record(result)
+    metrics.quality.prepare()
+    labels = {"rubric": "helpful", "rubric_version": result.rubric_version, "agent": "helpdesk"}
+    sample = metrics.registry.get_sample_value
+    assert sample("rubric_monitor_evaluations_total", {**labels, "outcome": "fail"}) == 1.0
+    assert sample("rubric_monitor_score_sum_total", labels) == pytest.approx(0.75)
+    assert sample("rubric_monitor_dimension_scores_total", {**labels, "dimension": "helpfulness", "score": "4"}) == 1
+    assert sample("rubric_monitor_dimension_scores_total", {**labels, "dimension": "contains_time", "score": "1"}) == 1
+    attributes = event(7, result, []).log_record.attributes or {}
+    assert attributes["gen_ai.evaluation.score.value"] == pytest.approx(0.75)
+    assert attributes["gen_ai.evaluation.dimension.helpfulness.score"] == 4
+
+
+def test_levels_turn_a_lower_is_better_metric_so_5_is_good() -> None:
+    rubric = load({"kind": "code", "code_text": "x = 1", "metrics": {
+        "latency_ms": {"type": "continuous", "min_value": 0, "max_value": 1000, "threshold": 250,
+                       "desirable_direction": "decrease"}}})
+    fast, slow = verdict(rubric, {"latency_ms": 100.0}, ""), verdict(rubric, {"latency_ms": 900.0}, "")
+    assert (fast.passed, fast.dimensions[0].score) == (True, 5)
+    assert (slow.passed, slow.dimensions[0].score) == (False, 1)
+    assert fast.score == pytest.approx(0.1)  # the score stays the metric's own scale, normalised
+
+
+def test_definitions_made_by_the_foundry_sdk_load_as_they_are() -> None:
+    metric = models.EvaluatorMetric(type="continuous", desirable_direction="increase", min_value=0, max_value=1,
+                                    threshold=0.5, is_primary=True)
+    schema = {"type": "object", "properties": {"query": {"type": "string"}, "response": {"type": "string"}},
+              "required": ["query", "response"]}
+    definitions = [
+        models.PromptBasedEvaluatorDefinition(prompt_text="Rate {{response}} for {{query}} from 0 to 1.",
+                                              data_schema=schema, metrics={"score": metric}),
+        models.CodeBasedEvaluatorDefinition(code_text="def grade(sample, item) -> float:\n    return 1.0\n",
+                                            data_schema=schema, metrics={"score": metric}),
+        models.EndpointBasedEvaluatorDefinition(connection_name="scorer", data_schema=schema,
+                                                metrics={"score": metric}),
+    ]
+    loaded = []
+    for definition in definitions:
+        body = {"name": f"sdk-{definition.type}", "categories": ["quality"], "evaluator_type": "custom",
+                "definition": json.loads(json.dumps(definition.as_dict()))}
+        if definition.type == "endpoint":
+            body["url"] = "https://scorer.example/evaluate"  # the connection is Foundry's: we need its URL
+        loaded.append(load(body))
+    assert [r.kind for r in loaded] == ["prompt", "code", "endpoint"]
+    assert all(r.primary_metric == "score" and r.metrics["score"].threshold == 0.5 for r in loaded)
+
+
+def test_the_seed_rubric_examples_still_load_as_they_are() -> None:
+    data = Path(__file__).parent / "data" / "foundry-restaurant-rubric.json"
+    rubric = load(json.loads(data.read_text()), str(data))
+    assert rubric.kind == "weighted" and rubric.dimensions[0].id == "intent_recognition"
+    manual = {"name": "reservation-quality-manual", "categories": ["quality"],
+              "display_name": "Reservation Quality (Manual)", "description": "Hand-authored rubric ...",
+              "definition": {"type": "rubric", "pass_threshold": 0.6, "dimensions": [
+                  {"id": "correct_intent_resolution", "description": "Correctly identifies the intent.", "weight": 9},
+                  {"id": "completeness", "description": "Captures every reservation detail.", "weight": 6},
+                  {"id": "professional_tone", "description": "Maintains a polite tone throughout.", "weight": 3}]}}
+    assert load(manual).kind == "weighted"
