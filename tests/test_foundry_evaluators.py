@@ -241,15 +241,21 @@ def test_code_evaluator_that_allocates_without_bound_is_stopped_at_its_memory_li
     assert result.outcome == "unscored" and (result.unscored_reason or "").startswith("code_memory")
 
 
-def test_code_evaluator_cannot_reach_the_network() -> None:
+@pytest.mark.parametrize("namespaces", [True, False], ids=["namespace", "audit-hook fallback"])
+def test_code_evaluator_cannot_reach_the_network(namespaces: bool) -> None:
     with ScriptedOpenAIServer(lambda _: Reply(json_body={})) as server:
         port = server.root_url.rsplit(":", 1)[1]
-        result = grade("import socket\n"
-                       "def grade(sample, item):\n"
-                       f"    socket.create_connection(('127.0.0.1', {port}), timeout=2)\n"
-                       "    return 1.0\n")
+        code = ("import socket\n"
+                "def grade(sample, item):\n"
+                f"    socket.create_connection(('127.0.0.1', {port}), timeout=2)\n"
+                "    return 1.0\n")
+        evaluator = CodeEvaluator(max_processes=1, namespaces=namespaces)
+        result = one(run(evaluator.evaluate(CONVERSATION, code_rubric(code), context())))
         assert server.count == 0
     assert result.outcome == "unscored" and (result.unscored_reason or "").startswith("code_error")
+    if not namespaces:
+        assert result.details["network_isolation"] == "audit_hook"
+        assert "is not allowed in a code evaluator" in (result.unscored_reason or "")
 
 
 def test_code_evaluator_result_is_validated_against_the_metrics() -> None:

@@ -64,7 +64,7 @@ def _kill_group(pid: int) -> None:
 
 
 async def run_grader(code: str, function: str, sample: Any, item: Any, init_parameters: dict[str, Any],
-                     timeout_seconds: float, memory_mb: int) -> RunOutcome:
+                     timeout_seconds: float, memory_mb: int, namespaces: bool = True) -> RunOutcome:
     """Run the grader once in its own process; never raises for anything the grader does."""
     request = json.dumps({"code": code, "function": function, "sample": sample, "item": item,
                           "init_parameters": init_parameters}, ensure_ascii=False, default=str).encode()
@@ -72,6 +72,7 @@ async def run_grader(code: str, function: str, sample: Any, item: Any, init_para
     with tempfile.TemporaryDirectory(prefix="rubric-monitor-code-") as workdir:
         process = await asyncio.create_subprocess_exec(
             sys.executable, "-I", "-S", str(RUNNER), str(memory_mb * 1024 * 1024), str(cpu_seconds),
+            *(() if namespaces else ("--no-namespace",)),
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
             cwd=workdir, env=_ENV, start_new_session=True,
         )
@@ -148,8 +149,10 @@ def grader_sample(fields: dict[str, Any]) -> dict[str, Any]:
 class CodeEvaluator:
     kinds: tuple[str, ...] = ("code",)
 
-    def __init__(self, max_processes: int | None = None) -> None:
+    def __init__(self, max_processes: int | None = None, namespaces: bool = True) -> None:
         self.max_processes = max_processes or max(1, os.cpu_count() or 1)
+        self.namespaces = namespaces
+        """False: skip the network namespace and rely on the audit hook (tests of the fallback)."""
         self._slots = asyncio.Semaphore(self.max_processes)
 
     async def evaluate(
@@ -168,7 +171,8 @@ class CodeEvaluator:
             return missing_data(conversation, rubric, context, target, problem)
         async with self._slots:
             outcome = await run_grader(rubric.code_text or "", rubric.function, grader_sample(all_fields), fields,
-                                       rubric.initialization_parameters, rubric.timeout_seconds, rubric.memory_mb)
+                                       rubric.initialization_parameters, rubric.timeout_seconds, rubric.memory_mb,
+                                       self.namespaces)
         usage = JudgeUsage()
         extra = {"network_isolation": outcome.isolation} if outcome.isolation else {}
         if outcome.problem is None:

@@ -1,6 +1,7 @@
 """Runs one code evaluator's grading function in this (separate, short-lived) process; standard library only.
 
-Started by ``monitor.evaluators.code`` as ``python -I -S code_runner.py MEMORY_BYTES CPU_SECONDS``; reads
+Started by ``monitor.evaluators.code`` as ``python -I -S code_runner.py MEMORY_BYTES CPU_SECONDS
+[--no-namespace]`` (the last for tests of the fallback); reads
 ``{"code", "function", "sample", "item", "init_parameters"}`` as JSON on stdin and writes one JSON line on
 stdout: ``{"ok": true, "value": ...}`` or ``{"ok": false, "kind": "exception" | "memory" | "setup", "error": ...}``.
 
@@ -78,7 +79,7 @@ def main() -> None:
     except ValueError as exc:
         reply.write(json.dumps({"ok": False, "kind": "setup", "error": f"bad request: {exc}"}) + "\n")
         return
-    isolation = _isolate_network()
+    isolation = _isolate_network() if "--no-namespace" not in sys.argv[3:] else "audit_hook"
     resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
     _install_hook(block_network=isolation != "namespace")

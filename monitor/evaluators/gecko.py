@@ -10,7 +10,7 @@ faithful to the user's prompt?
 3. ``score = passed / total``; the result passes when ``score >= pass_threshold``.
 
 The judged reply is the last assistant message carrying an image (``gecko_text2image``) or a video or animated
-image (``gecko_text2video``), or each such message for ``evaluation_level: turn``. No such message, no prompt, or
+image (``gecko_text2video``); Gecko rubrics are conversation-level. No such message, no prompt, or
 media that cannot be read: ``unscored`` with the reason (``no_media``, ``no_request``, ``media_refused``,
 ``media_unavailable``, ``media_too_large``, ``media_unreadable``), before the answering call is made.
 """
@@ -121,10 +121,7 @@ class GeckoEvaluator:
         if not replies:
             return [unscored_result(conversation, rubric, context, None, JudgeUsage(), "no_media",
                                     f"The agent produced no {kind} to judge.")]
-        if rubric.evaluation_level == "conversation":
-            return [await self._evaluate_reply(conversation, rubric, context, replies[-1], None)]
-        return [await self._evaluate_reply(conversation, rubric, context, i, i)
-                for i in replies if i not in context.done_turns]
+        return [await self._evaluate_reply(conversation, rubric, context, replies[-1], None)]
 
     async def _evaluate_reply(self, conversation: Conversation, rubric: GeckoRubric, context: EvaluationContext,
                               index: int, turn_index: int | None) -> EvaluationResult:

@@ -254,4 +254,7 @@ class GeckoRubric(RubricBase):
             raise ValueError("video_input: only gecko_text2video takes video")
         if self.samples not in (None, 1):
             raise ValueError("samples: Gecko makes one answering call; samples is not supported")
+        if self.evaluation_level != "conversation":
+            # The pipeline tracks turn-level evaluations by the agent's text replies; media replies differ.
+            raise ValueError("evaluation_level: Gecko judges the conversation's last image or video (conversation)")
         return self
