@@ -17,11 +17,14 @@ import pytest
 from prometheus_client import CollectorRegistry
 from pydantic import SecretStr
 
+from monitor.errors import JudgeRefused
 from monitor.evaluators.base import EvaluationContext
 from monitor.evaluators.gecko import GeckoEvaluator
 from monitor.evaluators.item_cache import InMemoryItemCache
 from monitor.evaluators.media import gif_frames, sample_evenly
 from monitor.evaluators.versions import builtin_version
+from monitor.judge.base import ChatMessage, JudgeRequest, MediaPart
+from monitor.judge.local import LocalJudge
 from monitor.judge.openai_judge import OpenAIJudge
 from monitor.metrics import MonitorMetrics
 from monitor.models import Conversation, EvaluationResult, Message, Part
@@ -80,7 +83,11 @@ def uri(url: str, modality: str = "image") -> Part:
 
 
 def schema_name(request: Recorded) -> str:
-    return str(request.body["response_format"]["json_schema"]["name"])
+    response_format = request.body["response_format"]
+    if response_format["type"] == "json_object":  # the schema travels in the system message
+        return "gecko_questions" if "checklist of a text-to" in request.body["messages"][0]["content"] \
+            else "gecko_verdicts"
+    return str(response_format["json_schema"]["name"])
 
 
 def judge_handler(verdicts: list[str]) -> Any:
@@ -94,9 +101,9 @@ def judge_handler(verdicts: list[str]) -> Any:
 
 
 def evaluate(server: ScriptedOpenAIServer, conversations: list[Conversation], gecko: GeckoRubric,
-             media: MediaSettings | None = None) -> list[EvaluationResult]:
+             media: MediaSettings | None = None, **judge: Any) -> list[EvaluationResult]:
     settings = JudgeSettings(kind="openai", model="gpt-vision", base_url=server.base_url, api_key=SecretStr("k"),
-                             timeout_seconds=5, max_retries=0)
+                             timeout_seconds=5, max_retries=0, **judge)
 
     async def go() -> list[EvaluationResult]:
         judge = OpenAIJudge(settings, MonitorMetrics(CollectorRegistry()))
@@ -157,6 +164,15 @@ def test_inline_image_reaches_the_judge_and_the_score_is_the_share_of_yes() -> N
                           "image_url": {"url": "data:image/png;base64," + base64.b64encode(PNG).decode()}}
     # The audit trail records the image by type and size, not its bytes.
     assert result.prompt is not None and result.prompt[1]["content"].endswith(f"[image image/png, {len(PNG)} bytes]")
+
+
+def test_the_image_is_sent_in_json_object_mode_too() -> None:
+    with ScriptedOpenAIServer(judge_handler(["yes", "yes", "yes"])) as server:
+        result, = evaluate(server, [conversation(blob(PNG))], rubric(), response_mode="json_object")
+        answering = server.requests[1].body
+    assert result.outcome == "pass"
+    assert "follow this JSON schema" in answering["messages"][0]["content"]
+    assert answering["messages"][1]["content"][1]["type"] == "image_url"
 
 
 def test_questions_are_generated_once_per_prompt() -> None:
@@ -245,3 +261,11 @@ def test_a_video_file_goes_whole_to_a_judge_that_takes_video_and_is_refused_as_f
     assert as_file.outcome == "fail" and as_file.details["media"]["shown_as"] == "file"
     assert as_frames.outcome == "unscored" and "video/mp4 is not decoded into frames" in (as_frames.unscored_reason
                                                                                           or "")
+
+
+def test_the_embedded_judge_refuses_media_it_cannot_see() -> None:
+    request = JudgeRequest(messages=(ChatMessage("user", "Is it a fox?", (MediaPart("image/png", PNG),)),),
+                           schema={"type": "object"})
+    # Refused before the model is touched (no model is loaded for this test).
+    with pytest.raises(JudgeRefused, match="cannot see images"):
+        run(LocalJudge.complete(object(), request))  # type: ignore[arg-type]

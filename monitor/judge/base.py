@@ -43,7 +43,8 @@ class ChatMessage:
     role: Literal["system", "user", "assistant"]
     content: str
     media: tuple[MediaPart, ...] = ()
-    """Images (or video files) after the text; only a multimodal judge accepts them (the embedded one refuses)."""
+    """Images (or video files) after the text, on user messages; only a multimodal judge accepts them (the
+    embedded one refuses)."""
 
 
 @dataclass(frozen=True)

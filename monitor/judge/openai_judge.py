@@ -489,7 +489,10 @@ class OpenAIJudge:
             messages = _with_schema_instructions(messages, request)
         estimate = self._estimate_prompt_tokens(messages) + sum(
             MEDIA_TOKENS for m in request.messages for _ in m.media)
-        messages = [_with_media(wire, message) for wire, message in zip(messages, request.messages, strict=True)]
+        if any(m.media for m in request.messages):
+            # The schema instructions only ever extend or add a system message: user messages keep their order.
+            users = iter(m for m in request.messages if m.role != "system")
+            messages = [wire if wire["role"] == "system" else _with_media(wire, next(users)) for wire in messages]
         max_output = request.max_output_tokens or self._settings.max_output_tokens
         arguments: dict[str, Any] = {
             "model": self._wire_model(model),
