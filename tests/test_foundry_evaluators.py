@@ -317,6 +317,18 @@ def test_endpoint_evaluator_posts_the_declared_fields_with_the_token(tmp_path: P
                                 "response": "The Lyon store opens at 9:00."}
 
 
+def test_query_and_response_declared_as_arrays_are_sent_as_messages(tmp_path: Path) -> None:
+    schema = {"type": "object", "properties": {"query": {"type": "array"}, "response": {"type": "array"},
+                                               "ground_truth": {"type": "string"}}, "required": ["query"]}
+    result, requests = call_endpoint(lambda _: Reply(json_body={"score": 0.8}), tmp_path, data_schema=schema)
+    assert isinstance(result, EvaluationResult) and result.outcome == "pass"
+    body = requests[0].body
+    assert [m["role"] for m in body["query"]] == ["system", "user"]
+    assert [m["role"] for m in body["response"]] == ["assistant", "tool", "assistant"]
+    assert body["response"][0]["tool_calls"] == [{"id": "call1", "name": "hours", "arguments": {"store": "lyon"}}]
+    assert body["ground_truth"] == "9:00"
+
+
 def test_endpoint_500_is_retried_then_left_pending(tmp_path: Path) -> None:
     outcome, requests = call_endpoint(lambda _: Reply(status=500, json_body={"error": "boom"}), tmp_path)
     assert isinstance(outcome, EvaluatorServiceUnavailable) and "HTTP 500 after 3 attempts" in str(outcome)

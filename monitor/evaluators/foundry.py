@@ -27,6 +27,8 @@ from monitor.models import Conversation, DimensionScore, EvaluationResult, Messa
 from monitor.rubrics.base import EvaluatorMetric
 from monitor.rubrics.evaluator_kinds import CONVERSATION_FIELDS, FoundryEvaluatorRubric, metric_range
 
+AS_MESSAGES = {"query": "query_messages", "response": "response_messages"}
+"""A ``query`` or ``response`` that ``data_schema`` declares an array is given as these messages."""
 _JSON_TYPE_CHECKS: dict[str, Any] = {
     "string": lambda v: isinstance(v, str),
     "number": lambda v: isinstance(v, int | float) and not isinstance(v, bool),
@@ -85,12 +87,15 @@ def check_data(rubric: FoundryEvaluatorRubric, fields: Mapping[str, Any]) -> tup
             return {}, f"the conversation has no {name} ({CONVERSATION_FIELDS.get(name, 'not a conversation field')})"
     properties = (rubric.data_schema or {}).get("properties") or {}
     given = {name: fields[name] for name in rubric.provided_fields() if name in fields}
-    for name, value in given.items():
+    for name, value in list(given.items()):
         declared = properties.get(name)
         types = declared.get("type") if isinstance(declared, dict) else None
         if types is None:
             continue
         names = types if isinstance(types, list) else [types]
+        if name in AS_MESSAGES and "array" in names and "string" not in names:
+            # Foundry's query and response may be conversation arrays (agent-framework maps the messages there).
+            value = given[name] = fields[AS_MESSAGES[name]]
         if not any(_JSON_TYPE_CHECKS[t](value) for t in names if t in _JSON_TYPE_CHECKS):
             return {}, f"{name} is a {_json_type(value)}, data_schema declares {'/'.join(names)}"
     return given, None
