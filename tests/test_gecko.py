@@ -11,6 +11,7 @@ import threading
 from collections.abc import Awaitable, Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
@@ -214,12 +215,14 @@ def test_image_by_uri_from_a_refused_host_is_never_fetched(settings: MediaSettin
 
 
 def test_unreadable_missing_or_oversized_media_is_unscored_with_its_reason() -> None:
-    with media_server({"/page": (b"<html></html>", "text/html")}) as (root, _), \
+    with media_server({"/page": (b"<html></html>", "text/html"),
+                       "/huge.png": (PNG + b"\0" * 4096, "image/png")}) as (root, _), \
             ScriptedOpenAIServer(judge_handler(["yes", "yes", "yes"])) as server:
         allowed = MediaSettings(allowed_hosts=("127.0.0.1",), allowed_private_hosts=("127.0.0.1",), max_bytes=1024)
         results = evaluate(server, [
             conversation(uri(root + "/gone.png"), cid="gone"),
             conversation(uri(root + "/page"), cid="html"),
+            conversation(uri(root + "/huge.png"), cid="huge"),
             conversation(blob(b"not a picture"), cid="garbled"),
             conversation(Part(type="blob", data={"modality": "image", "content": "not base64!"}), cid="raw"),
             conversation(blob(PNG * 20 + b"\0" * 2000), cid="big"),
@@ -229,8 +232,8 @@ def test_unreadable_missing_or_oversized_media_is_unscored_with_its_reason() -> 
         calls = server.count
     reasons = {r.conversation_id: (r.unscored_reason or "").split(":")[0] for r in results}
     assert reasons == {"gone": "media_unavailable", "html": "media_unreadable", "garbled": "media_unreadable",
-                       "raw": "media_unreadable", "big": "media_too_large", "file": "media_unavailable",
-                       "none": "no_media"}
+                       "raw": "media_unreadable", "big": "media_too_large", "huge": "media_too_large",
+                       "file": "media_unavailable", "none": "no_media"}
     assert calls == 0  # nothing is asked of the judge about media it cannot be shown
 
 
@@ -269,3 +272,15 @@ def test_the_embedded_judge_refuses_media_it_cannot_see() -> None:
     # Refused before the model is touched (no model is loaded for this test).
     with pytest.raises(JudgeRefused, match="cannot see images"):
         run(LocalJudge.complete(object(), request))  # type: ignore[arg-type]
+
+
+def test_a_file_part_is_read_from_the_media_directory(tmp_path: Path) -> None:
+    (tmp_path / "file-abc123").write_bytes(PNG)
+    part = Part(type="file", data={"modality": "image", "mime_type": "image/png", "file_id": "file-abc123"})
+    escaping = Part(type="file", data={"modality": "image", "file_id": "../etc/passwd"})
+    with ScriptedOpenAIServer(judge_handler(["yes", "yes", "no"])) as server:
+        read, refused = evaluate(server, [conversation(part, cid="ok"), conversation(escaping, cid="escape")],
+                                 rubric(pass_threshold=0.5), MediaSettings(file_directory=tmp_path))
+        image = server.requests[1].body["messages"][1]["content"][1]["image_url"]["url"]
+    assert read.outcome == "pass" and image.endswith(base64.b64encode(PNG).decode())
+    assert refused.outcome == "unscored" and "is not a plain file name" in (refused.unscored_reason or "")
