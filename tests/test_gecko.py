@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import ssl
 import threading
 from collections.abc import Awaitable, Iterator
 from contextlib import contextmanager
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+import trustme
 from prometheus_client import CollectorRegistry
 from pydantic import SecretStr
 
@@ -122,8 +124,10 @@ def evaluate(server: ScriptedOpenAIServer, conversations: list[Conversation], ge
 
 
 @contextmanager
-def media_server(payloads: dict[str, tuple[bytes, str]]) -> Iterator[tuple[str, list[str]]]:
-    """Serves ``{path: (body, content type)}`` over HTTP on 127.0.0.1; yields its root URL and the paths asked."""
+def media_server(payloads: dict[str, tuple[bytes, str]], tls: ssl.SSLContext | None = None
+                 ) -> Iterator[tuple[str, list[str]]]:
+    """Serves ``{path: (body, content type)}`` over HTTP(S) on 127.0.0.1; yields its root URL and the paths
+    asked."""
     asked: list[str] = []
 
     class Handler(BaseHTTPRequestHandler):
@@ -140,10 +144,12 @@ def media_server(payloads: dict[str, tuple[bytes, str]]) -> Iterator[tuple[str, 
             self.wfile.write(body)
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    if tls is not None:
+        server.socket = tls.wrap_socket(server.socket, server_side=True)
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", asked
+        yield f"{'https' if tls else 'http'}://127.0.0.1:{server.server_address[1]}", asked
     finally:
         server.shutdown()
         server.server_close()
@@ -284,3 +290,17 @@ def test_a_file_part_is_read_from_the_media_directory(tmp_path: Path) -> None:
         image = server.requests[1].body["messages"][1]["content"][1]["image_url"]["url"]
     assert read.outcome == "pass" and image.endswith(base64.b64encode(PNG).decode())
     assert refused.outcome == "unscored" and "is not a plain file name" in (refused.unscored_reason or "")
+
+
+def test_an_https_host_is_fetched_at_its_checked_address_with_its_own_name(tmp_path: Path) -> None:
+    authority = trustme.CA()
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    authority.issue_cert("localhost").configure_cert(context)  # valid for the name only, not for 127.0.0.1
+    ca = tmp_path / "ca.pem"
+    authority.cert_pem.write_to_path(str(ca))
+    with media_server({"/fox.png": (PNG, "image/png")}, context) as (root, asked), \
+            ScriptedOpenAIServer(judge_handler(["yes", "yes", "yes"])) as server:
+        url = root.replace("127.0.0.1", "localhost") + "/fox.png"
+        settings = MediaSettings(allowed_hosts=("localhost",), allowed_private_hosts=("localhost",), ca_bundle=ca)
+        result, = evaluate(server, [conversation(uri(url))], rubric(), settings)
+    assert asked == ["/fox.png"] and result.outcome == "pass"

@@ -184,30 +184,39 @@ class MediaReader:
                                                 "list it in media.allowed_private_hosts to allow it")
         if not addresses:
             raise MediaProblem("media_unavailable", f"{host}: no address")
-        address = addresses[0]
-        shown = f"[{address}]" if ":" in address else address
-        pinned = urlunsplit((parts.scheme, f"{shown}:{port}", parts.path or "/", parts.query, ""))
-        extensions: dict[str, Any] = {"sni_hostname": host} if parts.scheme == "https" else {}
-        headers = {"host": parts.netloc.rsplit("@", 1)[-1], "accept": "image/*, video/*"}
+        failure = "no address answered"
+        for address in addresses:  # each one checked above; the next is tried when one cannot be reached
+            shown = f"[{address}]" if ":" in address else address
+            pinned = urlunsplit((parts.scheme, f"{shown}:{port}", parts.path or "/", parts.query, ""))
+            try:
+                data, content_type = await self._get(pinned, host, parts.scheme, parts.netloc.rsplit("@", 1)[-1])
+            except httpx.ConnectError as exc:
+                failure = f"{type(exc).__name__}: {exc}"
+                continue
+            except httpx.HTTPError as exc:
+                raise MediaProblem("media_unavailable", f"{host}: {type(exc).__name__}: {exc}") from None
+            return Media(_checked_type(declared or content_type, data, host), data, uri[:500])
+        raise MediaProblem("media_unavailable", f"{host}: {failure}")
+
+    async def _get(self, pinned: str, host: str, scheme: str, netloc: str) -> tuple[bytes, str | None]:
+        """GET the pinned address with the host's name in the Host header and, for https, the TLS server name
+        (the certificate is checked against it)."""
+        extensions: dict[str, Any] = {"sni_hostname": host} if scheme == "https" else {}
+        headers = {"host": netloc, "accept": "image/*, video/*"}
         limit = self.settings.max_bytes
-        try:
-            async with self._client.stream("GET", pinned, headers=headers, extensions=extensions) as response:
-                if response.status_code != 200:
-                    raise MediaProblem("media_unavailable", f"{host}: HTTP {response.status_code}"
-                                       + (" (redirects are not followed)" if response.is_redirect else ""))
-                length = response.headers.get("content-length", "")
-                if length.isdigit() and int(length) > limit:
-                    raise MediaProblem("media_too_large", f"{host}: {length} bytes, over media.max_bytes")
-                body = bytearray()
-                async for chunk in response.aiter_bytes():
-                    body += chunk
-                    if len(body) > limit:
-                        raise MediaProblem("media_too_large", f"{host}: over media.max_bytes ({limit})")
-                content_type = response.headers.get("content-type")
-        except httpx.HTTPError as exc:
-            raise MediaProblem("media_unavailable", f"{host}: {type(exc).__name__}: {exc}") from None
-        data = bytes(body)
-        return Media(_checked_type(declared or content_type, data, host), data, uri[:500])
+        async with self._client.stream("GET", pinned, headers=headers, extensions=extensions) as response:
+            if response.status_code != 200:
+                raise MediaProblem("media_unavailable", f"{host}: HTTP {response.status_code}"
+                                   + (" (redirects are not followed)" if response.is_redirect else ""))
+            length = response.headers.get("content-length", "")
+            if length.isdigit() and int(length) > limit:
+                raise MediaProblem("media_too_large", f"{host}: {length} bytes, over media.max_bytes")
+            body = bytearray()
+            async for chunk in response.aiter_bytes():
+                body += chunk
+                if len(body) > limit:
+                    raise MediaProblem("media_too_large", f"{host}: over media.max_bytes ({limit})")
+            return bytes(body), response.headers.get("content-type")
 
 
 # -- animated GIF frames (standard library only) ----------------------------------------------------------
