@@ -130,7 +130,7 @@ def build_judging(settings: Settings, rubric: Rubric, where: str, *, metrics: Mo
                   item_store: ItemStore | None = None, store_content: bool | None = None) -> Judging:
     """The evaluator for ``rubric``'s kind (``ConfigError`` on ``where`` when there is none), the judge the
     settings name and the effective judge settings. ``store_content`` defaults to ``store.store_content``."""
-    evaluator = build_evaluators(settings.judge.cache_size, item_store).get(rubric.kind)
+    evaluator = build_evaluators(settings.judge.cache_size, item_store, settings.media).get(rubric.kind)
     if evaluator is None:
         raise ConfigError(where, "kind", f"no evaluator for kind {rubric.kind!r}")
     judge = build_judge(settings.judge, metrics or MonitorMetrics(CollectorRegistry()))
@@ -290,7 +290,7 @@ def build_monitor(settings: Settings, registry: CollectorRegistry | None = None)
         log.warning("%s", embedded_warning)
     delay = settings.source.ingestion_delay_seconds if settings.source.kind == "app_insights" else 0.0
     judge_settings = effective_judge_settings(settings.judge)
-    evaluators = build_evaluators(settings.judge.cache_size, store)
+    evaluators = build_evaluators(settings.judge.cache_size, store, settings.media)
     pipeline = Pipeline(
         source=source,
         store=store,

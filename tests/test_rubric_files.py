@@ -164,7 +164,7 @@ def test_a_safety_envelope_gets_the_safety_residual(tmp_path: Path) -> None:
         ({"metrics": {"score": {"type": "fuzzy"}}}, "definition.metrics.score.type", "ordinal"),
         ({"metrics": {"score": {"min_value": 5, "max_value": 1}}}, "definition.metrics.score", "min_value"),
         ({"pass_threshold": 2}, "definition.pass_threshold", "less than or equal to 1"),
-        ({"type": "prompt"}, "definition.type", "rubric"),
+        ({"type": "judge"}, "definition.type", "rubric, prompt, code, endpoint"),
     ],
 )
 def test_the_envelopes_schemas_are_validated_not_dropped(tmp_path: Path, edit: dict[str, Any], field: str,

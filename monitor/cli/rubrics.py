@@ -10,7 +10,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
+from dataclasses import replace
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -18,23 +21,27 @@ import yaml
 from prometheus_client import CollectorRegistry
 
 from monitor.cli.common import config_arg
-from monitor.errors import ConfigError, RubricError
+from monitor.errors import ConfigError, RubricError, SourceError
+from monitor.evaluators.foundry_agent import FoundryAgent, TokenFileCredential, default_credential, read_foundry_agent
 from monitor.evaluators.generate import (
     GeneratedRubric,
     GenerationFailed,
     GenerationSources,
     check_sources,
     generate_rubric,
+    sample_from_source,
     write_rubric,
 )
 from monitor.evaluators.versions import builtin_version
 from monitor.judge import build_judge
 from monitor.judge.base import Judge
 from monitor.metrics import MonitorMetrics
+from monitor.models import Conversation, utc_now
 from monitor.rubrics.loader import check_unique, load_rubric_file, rubric_files
 from monitor.rubrics.registry import RubricRegistry
 from monitor.rubrics.schema import Rubric, WeightedRubric
 from monitor.settings import load_settings
+from monitor.sources import build_source
 
 
 def register(subparsers: Any) -> None:
@@ -66,8 +73,21 @@ def register(subparsers: Any) -> None:
     source.add_argument("--instructions-file", type=Path, help="file holding the agent's instructions")
     generate.add_argument("--reference", type=Path, action="append", default=[],
                           help="reference document (repeatable)")
+    generate.add_argument("--foundry-agent", metavar="NAME",
+                          help="a Foundry agent: its instructions (prompt agents) or description (hosted agents)")
+    generate.add_argument("--foundry-agent-version", metavar="VERSION", help="that version (default: latest)")
+    generate.add_argument("--foundry-endpoint", default=os.environ.get("AZURE_AI_PROJECT_ENDPOINT"),
+                          help="the Foundry project endpoint (default $AZURE_AI_PROJECT_ENDPOINT)")
+    generate.add_argument("--foundry-token-file", type=Path,
+                          help="a file holding an Entra bearer token (default: DefaultAzureCredential)")
+    generate.add_argument("--foundry-ca-bundle", type=Path, help="CA bundle for the project endpoint")
     generate.add_argument("--traces", type=Path, help="OTLP JSON lines or OpenAI-chat JSONL of the agent")
-    generate.add_argument("--agent", help="only traces of this agent (name or id, glob patterns allowed)")
+    generate.add_argument("--from-app-insights", action="store_true",
+                          help="sample the agent's recent conversations through the configured App Insights source")
+    generate.add_argument("--since-hours", type=float, default=24.0,
+                          help="how far back --from-app-insights samples (default 24)")
+    generate.add_argument("--agent", help="only traces of this agent (name or id, glob patterns allowed; default "
+                          "the --foundry-agent)")
     generate.add_argument("--max-conversations", type=int, default=5, help="sample conversations used")
     generate.add_argument("--category", choices=("quality", "safety"), default=None,
                           help="quality (default; residual general_quality) or safety "
@@ -208,6 +228,36 @@ def _previous(args: argparse.Namespace, directory: Path) -> tuple[WeightedRubric
     return existing, output
 
 
+def _foundry_agent(args: argparse.Namespace) -> FoundryAgent | None:
+    if not args.foundry_agent:
+        return None
+    if not args.foundry_endpoint:
+        raise ConfigError("--foundry-endpoint", None, "give the Foundry project endpoint (or set "
+                          "AZURE_AI_PROJECT_ENDPOINT) to read --foundry-agent")
+    credential = (TokenFileCredential(args.foundry_token_file) if args.foundry_token_file is not None
+                  else default_credential())
+    options = {"connection_verify": str(args.foundry_ca_bundle)} if args.foundry_ca_bundle else {}
+    return read_foundry_agent(args.foundry_endpoint, args.foundry_agent, credential, args.foundry_agent_version,
+                              **options)
+
+
+def _app_insights_sample(args: argparse.Namespace, agent: str | None) -> tuple[Conversation, ...]:
+    settings = load_settings(getattr(args, "config", None))
+    if settings.source.kind != "app_insights":
+        raise ConfigError("settings", "source.kind", "--from-app-insights samples the configured App Insights "
+                          f"source; source.kind is {settings.source.kind}")
+    now = utc_now()
+    since = now - timedelta(hours=args.since_hours)
+    source_settings = settings.source.model_copy(
+        update={"initial_lookback_seconds": max(60.0, args.since_hours * 3600.0)})
+    source = build_source(source_settings, MonitorMetrics(CollectorRegistry()))
+    try:
+        picked = sample_from_source(source, now, since, agent, args.max_conversations)
+    except SourceError as exc:
+        raise ConfigError("settings", "source", f"sampling App Insights failed: {exc}") from None
+    return tuple(picked)
+
+
 def _sources(args: argparse.Namespace) -> GenerationSources:
     instructions: str | None = args.instructions
     if args.instructions_file is not None:
@@ -215,8 +265,14 @@ def _sources(args: argparse.Namespace) -> GenerationSources:
             instructions = args.instructions_file.read_text(encoding="utf-8")
         except OSError as exc:
             raise ConfigError(str(args.instructions_file), None, f"cannot read: {exc.strerror}") from exc
-    return GenerationSources(instructions=instructions, reference_files=tuple(args.reference),
-                             traces=args.traces, agent=args.agent, max_conversations=args.max_conversations)
+    base = GenerationSources(instructions=instructions, reference_files=tuple(args.reference), traces=args.traces,
+                             agent=args.agent or args.foundry_agent, max_conversations=args.max_conversations,
+                             conversations_from="App Insights" if args.from_app_insights else None)
+    if not args.foundry_agent:
+        check_sources(base)  # traces alone are refused before anything is read or sampled
+    agent = _foundry_agent(args)
+    conversations = _app_insights_sample(args, base.agent) if args.from_app_insights else ()
+    return replace(base, foundry_agent=agent, conversations=conversations)
 
 
 def _build_judge(args: argparse.Namespace) -> Judge:

@@ -45,7 +45,9 @@ class JudgeUsage:
 
     def add(self, request: JudgeRequest, reply: JudgeReply | None) -> None:
         self.calls += 1
-        self.prompts.append([{"role": m.role, "content": m.content} for m in request.messages])
+        # Media is recorded by type and size, never its bytes.
+        self.prompts.append([{"role": m.role, "content": " ".join([m.content, *(p.describe() for p in m.media)])}
+                             for m in request.messages])
         if reply is not None:
             self.input_tokens += reply.input_tokens
             self.output_tokens += reply.output_tokens

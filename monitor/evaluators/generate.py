@@ -1,4 +1,5 @@
-"""Generate a weighted (Foundry) rubric from an agent's instructions, reference files and, optionally, traces.
+"""Generate a weighted (Foundry) rubric from an agent's instructions (given, or read from a Foundry agent),
+reference files and, optionally, traces (a file, or a sample of recent conversations from App Insights).
 
 One judge call (asked again once if the reply does not fit) returns a name, a description and dimensions. The
 reply is then put into Foundry's conventions before anyone sees it: snake_case ids, exactly one dimension
@@ -15,7 +16,7 @@ import fnmatch
 import json
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -25,6 +26,7 @@ import yaml
 
 from monitor.errors import ConfigError, JudgeError, MonitorError
 from monitor.evaluators.base import InvalidReply, JudgeUsage, ask_judge, system_and_user
+from monitor.evaluators.foundry_agent import FoundryAgent
 from monitor.evaluators.versions import builtin_version
 from monitor.judge.base import Judge, JudgeRequest
 from monitor.judge.render import escape_data, render_conversation
@@ -32,6 +34,7 @@ from monitor.models import Conversation
 from monitor.rubrics.builtin import flow
 from monitor.rubrics.loader import load_rubric_text
 from monitor.rubrics.schema import RESIDUAL_DIMENSIONS, WeightedRubric
+from monitor.sources.base import TraceSource
 
 Category = Literal["quality", "safety"]
 
@@ -109,7 +112,7 @@ class GenerationFailed(MonitorError):
 
 @dataclass(frozen=True)
 class GenerationSources:
-    """What a rubric is generated from. ``instructions`` or ``reference_files`` is required."""
+    """What a rubric is generated from. ``instructions``, ``foundry_agent`` or ``reference_files`` is required."""
 
     instructions: str | None = None
     reference_files: tuple[Path, ...] = ()
@@ -118,6 +121,12 @@ class GenerationSources:
     agent: str | None = None
     """Only conversations of this agent (name or id, glob patterns allowed) are sampled from ``traces``."""
     max_conversations: int = 5
+    foundry_agent: FoundryAgent | None = None
+    """A Foundry agent's instructions (prompt agents) or description (hosted agents)."""
+    conversations: tuple[Conversation, ...] = ()
+    """Conversations already sampled (from the configured source: ``--from-app-insights``)."""
+    conversations_from: str | None = None
+    """Where ``conversations`` came from, for the file's provenance line."""
 
 
 @dataclass(frozen=True)
@@ -247,32 +256,60 @@ def _reference_blocks(files: Sequence[Path]) -> list[str]:
     return blocks
 
 
-def sample_conversations(sources: GenerationSources) -> list[Conversation]:
-    """Up to ``max_conversations`` conversations of the agent with at least one reply, in file order."""
-    if sources.traces is None:
-        return []
-    from monitor.formats.input_files import read_conversations
-
-    pattern = sources.agent
+def pick_conversations(conversations: Iterable[Conversation], agent: str | None, limit: int) -> list[Conversation]:
+    """Up to ``limit`` conversations of ``agent`` (name or id, glob patterns allowed) with at least one reply, in
+    the order given."""
     picked: list[Conversation] = []
-    for conversation in read_conversations(sources.traces):
+    for conversation in conversations:
+        if len(picked) >= limit:
+            break
         names = [n for n in (conversation.agent_name, conversation.agent_id) if n]
-        if pattern and not any(fnmatch.fnmatchcase(n, pattern) for n in names):
+        if agent and not any(fnmatch.fnmatchcase(n, agent) for n in names):
             continue
         if any(m.role == "assistant" for m in conversation.messages):
             picked.append(conversation)
-        if len(picked) >= sources.max_conversations:
-            break
     return picked
+
+
+def sample_conversations(sources: GenerationSources) -> list[Conversation]:
+    """Up to ``max_conversations`` conversations of the agent with at least one reply: those already sampled,
+    then the traces file's, in file order."""
+    picked = list(sources.conversations[: sources.max_conversations])
+    if sources.traces is None or len(picked) >= sources.max_conversations:
+        return picked
+    from monitor.formats.input_files import read_conversations
+
+    return picked + pick_conversations(read_conversations(sources.traces), sources.agent,
+                                       sources.max_conversations - len(picked))
+
+
+def sample_from_source(source: TraceSource, now: datetime, since: datetime, agent: str | None,
+                       limit: int) -> list[Conversation]:
+    """The agent's most recent conversations that started in [since, now), read afresh from a trace source (the
+    daemon's App Insights source, without its watermark); newest first."""
+    from monitor.assemble import assemble
+
+    spans = []
+    try:
+        for batch in source.pull(None, now):
+            spans.extend(batch.spans)
+    finally:
+        source.close()
+    recent = [c for c in assemble(spans).conversations if c.started_at is not None and since <= c.started_at < now]
+    recent.sort(key=lambda c: c.started_at or since, reverse=True)
+    return pick_conversations(recent, agent, limit)
 
 
 def check_sources(sources: GenerationSources) -> None:
     """Refuse traces alone (as Foundry does) and no input at all, before any judge is involved."""
-    if not (sources.instructions and sources.instructions.strip()) and not sources.reference_files:
-        what = "traces alone cannot" if sources.traces else "nothing to"
+    grounded = (sources.instructions and sources.instructions.strip()) or sources.reference_files \
+        or sources.foundry_agent is not None
+    if not grounded:
+        traces = sources.traces or sources.conversations or sources.conversations_from
+        what = "traces alone cannot" if traces else "nothing to"
         raise ConfigError("rubrics generate", "sources", f"{what} ground a rubric: give the agent's "
-                          "instructions (--instructions or --instructions-file) or reference files "
-                          "(--reference)")
+                          "instructions (--instructions or --instructions-file), a Foundry agent "
+                          "(--foundry-agent) or reference files (--reference)")
 
 
 def build_prompt(
@@ -287,6 +324,11 @@ def build_prompt(
     blocks: list[str] = []
     if sources.instructions and sources.instructions.strip():
         blocks.append(f"<agent_instructions>\n{escape_data(sources.instructions.strip())}\n</agent_instructions>")
+    agent = sources.foundry_agent
+    if agent is not None:
+        tag = "agent_instructions" if agent.source == "instructions" else "agent_description"
+        blocks.append(f'<{tag} foundry_agent="{escape_data(agent.name)}" kind="{escape_data(agent.kind)}">\n'
+                      f"{escape_data(agent.text)}\n</{tag}>")
     blocks += _reference_blocks(sources.reference_files)
     conversations = sample_conversations(sources)
     if conversations:
@@ -361,8 +403,13 @@ async def generate_rubric(
         raise GenerationFailed(f"rubric generation failed: {asked.error}")
     document = _document(asked.value, name, category, previous)
     used = ["instructions"] if sources.instructions else []
+    if sources.foundry_agent is not None:
+        agent = sources.foundry_agent
+        used.append(f"Foundry agent {agent.name}{f' version {agent.version}' if agent.version else ''} "
+                    f"({agent.source})")
     used += [f"reference {p.name}" for p in sources.reference_files]
-    used += [f"{conversations} conversations"] if conversations else []
+    where = f" from {sources.conversations_from}" if sources.conversations_from else ""
+    used += [f"{conversations} conversations{where}"] if conversations else []
     text = render_document(document, output, ", ".join(used))
     rubric = load_rubric_text(text, output, builtin_version)  # exactly what the registry will read
     if not isinstance(rubric, WeightedRubric):

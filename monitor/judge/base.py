@@ -8,6 +8,7 @@ evaluation as unscored.
 
 from __future__ import annotations
 
+import base64
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -21,9 +22,29 @@ dimension). Evaluators without a terse prompt use their full one."""
 
 
 @dataclass(frozen=True)
+class MediaPart:
+    """An image (or a video, for judges that accept one) shown to a multimodal judge with a message's text."""
+
+    mime_type: str
+    data: bytes
+    as_file: bool = False
+    """Sent as a ``file`` content part (a video for judges that take one) instead of an ``image_url``."""
+
+    def data_url(self) -> str:
+        return f"data:{self.mime_type};base64,{base64.b64encode(self.data).decode('ascii')}"
+
+    def describe(self) -> str:
+        """How the audit trail shows it: never the bytes."""
+        return f"[{'file' if self.as_file else 'image'} {self.mime_type}, {len(self.data)} bytes]"
+
+
+@dataclass(frozen=True)
 class ChatMessage:
     role: Literal["system", "user", "assistant"]
     content: str
+    media: tuple[MediaPart, ...] = ()
+    """Images (or video files) after the text, on user messages; only a multimodal judge accepts them (the
+    embedded one refuses)."""
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from typing import Any
 
 from pydantic import SecretStr
 
-from monitor.errors import ConfigError
+from monitor.errors import ConfigError, JudgeRefused
 from monitor.judge.base import JudgeReply, JudgeRequest
 from monitor.judge.openai_judge import OpenAIJudge, _Call, _ModelState
 from monitor.metrics import MonitorMetrics
@@ -189,6 +189,10 @@ class LocalJudge(OpenAIJudge):
         self.prompt_style = "terse"
 
     async def complete(self, request: JudgeRequest) -> JudgeReply:
+        if any(message.media for message in request.messages):
+            # The embedded model reads text only: judging a picture it cannot see would invent verdicts.
+            raise JudgeRefused("the embedded judge cannot see images or video; use a multimodal judge "
+                               "(judge.kind openai or azure_openai) for Gecko rubrics")
         schema = terse_schema(request.schema)
         cap = reply_token_cap(schema)
         budget = request.max_output_tokens

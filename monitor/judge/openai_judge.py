@@ -72,7 +72,7 @@ from monitor.errors import (
     JudgeTimeout,
     JudgeUnavailable,
 )
-from monitor.judge.base import JudgeReply, JudgeRequest, PromptStyle, ResponseMode
+from monitor.judge.base import ChatMessage, JudgeReply, JudgeRequest, PromptStyle, ResponseMode
 from monitor.judge.limiter import AdaptiveRequestRate, Permit, RateLimiter
 from monitor.metrics import MonitorMetrics
 from monitor.settings import JudgeSettings, read_secret
@@ -229,7 +229,27 @@ def spent_quota_wait(headers: Mapping[str, str]) -> float | None:
     return max(waits) if waits else None
 
 
-def _with_schema_instructions(messages: list[dict[str, str]], request: JudgeRequest) -> list[dict[str, str]]:
+MEDIA_TOKENS = 800
+"""What one image or video part is reckoned to cost in the rate limiter's estimate (a high-detail image tile set)."""
+
+
+def _with_media(wire: dict[str, Any], message: ChatMessage) -> dict[str, Any]:
+    """A message with images as OpenAI content parts: its text, then each ``image_url`` (a data URL) or, for a
+    judge that takes video, a ``file`` part."""
+    if not message.media:
+        return wire
+    parts: list[dict[str, Any]] = [{"type": "text", "text": wire["content"]}]
+    for index, media in enumerate(message.media):
+        if media.as_file:
+            extension = media.mime_type.split("/")[-1]
+            parts.append({"type": "file", "file": {"file_data": media.data_url(),
+                                                   "filename": f"media_{index + 1}.{extension}"}})
+        else:
+            parts.append({"type": "image_url", "image_url": {"url": media.data_url()}})
+    return {**wire, "content": parts}
+
+
+def _with_schema_instructions(messages: list[dict[str, Any]], request: JudgeRequest) -> list[dict[str, Any]]:
     # json_object mode needs the word JSON in the prompt and says nothing about the shape; prompt mode has
     # nothing else to go on. Either way the schema travels in the instructions.
     instructions = (
@@ -464,9 +484,15 @@ class OpenAIJudge:
 
     def _build_call(self, request: JudgeRequest, model: str, state: _ModelState) -> _Call:
         mode = self._modes[state.mode_index]
-        messages = [{"role": m.role, "content": m.content} for m in request.messages]
+        messages: list[dict[str, Any]] = [{"role": m.role, "content": m.content} for m in request.messages]
         if mode != "json_schema":
             messages = _with_schema_instructions(messages, request)
+        estimate = self._estimate_prompt_tokens(messages) + sum(
+            MEDIA_TOKENS for m in request.messages for _ in m.media)
+        if any(m.media for m in request.messages):
+            # The schema instructions only ever extend or add a system message: user messages keep their order.
+            users = iter(m for m in request.messages if m.role != "system")
+            messages = [wire if wire["role"] == "system" else _with_media(wire, next(users)) for wire in messages]
         max_output = request.max_output_tokens or self._settings.max_output_tokens
         arguments: dict[str, Any] = {
             "model": self._wire_model(model),
@@ -484,9 +510,9 @@ class OpenAIJudge:
             }
         elif mode == "json_object":
             arguments["response_format"] = {"type": "json_object"}
-        return _Call(arguments, mode, self._estimate_prompt_tokens(messages), max_output)
+        return _Call(arguments, mode, estimate, max_output)
 
-    def _estimate_prompt_tokens(self, messages: list[dict[str, str]]) -> int:
+    def _estimate_prompt_tokens(self, messages: list[dict[str, Any]]) -> int:
         chars = sum(len(m["content"]) for m in messages)
         # ~4 characters per token, scaled by what the endpoint reported for earlier prompts; +4 per message
         # for the chat template's framing.

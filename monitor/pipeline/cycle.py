@@ -628,6 +628,11 @@ class Pipeline:
 
     def close(self) -> None:
         self.loop.run_until_complete(self.context.judge.aclose())
+        # Evaluators that hold connections of their own (an evaluator service, media hosts) release them too.
+        for evaluator in {id(e): e for e in self.evaluators.values()}.values():
+            release = getattr(evaluator, "aclose", None)
+            if release is not None:
+                self.loop.run_until_complete(release())
         self.loop.close()
 
 

@@ -6,9 +6,9 @@ import fnmatch
 import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 SNAKE_CASE = re.compile(r"^[a-z][a-z0-9_]*$")
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9_.~-]{1,256}$")
@@ -67,3 +67,51 @@ class RubricBase(BaseModel):
     def applies_to(self, agent_name: str | None, agent_id: str | None) -> bool:
         candidates = [c for c in (agent_name, agent_id) if c] or ["unknown"]
         return any(fnmatch.fnmatchcase(c, pattern) for pattern in self.agents for c in candidates)
+
+
+_JSON_TYPES = ("object", "array", "string", "number", "integer", "boolean", "null")
+
+
+def check_json_schema(schema: Any, path: str = "") -> None:
+    """The structure Foundry's ``data_schema`` / ``init_parameters`` must have (JSON Schema 2020-12): a schema
+    object (or true/false), known ``type`` names, ``properties`` of schemas, ``required`` a list of names."""
+    where = f" at {path}" if path else ""
+    if isinstance(schema, bool):
+        return
+    if not isinstance(schema, dict):
+        raise ValueError(f"must be a JSON Schema object{where}, not {type(schema).__name__}")
+    types = schema.get("type")
+    for name in types if isinstance(types, list) else ([] if types is None else [types]):
+        if name not in _JSON_TYPES:
+            raise ValueError(f"type {name!r}{where} is not one of {', '.join(_JSON_TYPES)}")
+    required = schema.get("required")
+    if required is not None and (not isinstance(required, list) or not all(isinstance(r, str) for r in required)
+                                 or len(set(required)) != len(required)):
+        raise ValueError(f"required{where} must be a list of distinct property names")
+    properties = schema.get("properties")
+    if properties is not None:
+        if not isinstance(properties, dict):
+            raise ValueError(f"properties{where} must map names to schemas")
+        for name, sub in properties.items():
+            check_json_schema(sub, f"{path}.properties.{name}".lstrip("."))
+    if "items" in schema:
+        check_json_schema(schema["items"], f"{path}.items".lstrip("."))
+
+
+class EvaluatorMetric(BaseModel):
+    """One output metric of a Foundry evaluator definition (``metrics``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    type: Literal["ordinal", "continuous", "boolean"] | None = None
+    desirable_direction: Literal["increase", "decrease", "neutral"] | None = None
+    min_value: float | None = None
+    max_value: float | None = None
+    threshold: float | None = None
+    is_primary: bool | None = None
+
+    @model_validator(mode="after")
+    def _range(self) -> EvaluatorMetric:
+        if self.min_value is not None and self.max_value is not None and self.min_value > self.max_value:
+            raise ValueError(f"min_value {self.min_value} is above max_value {self.max_value}")
+        return self

@@ -17,7 +17,10 @@ from monitor.rubrics.base import PromptVersion
 from monitor.rubrics.schema import Rubric
 
 RUBRIC_SUFFIXES = (".yaml", ".yml", ".json")
-RUBRIC_KINDS = ("weighted", "adaptive", "grounding", "hallucination", "safety", "final_response_match")
+RUBRIC_KINDS = ("weighted", "adaptive", "grounding", "hallucination", "safety", "final_response_match", "prompt",
+                "code", "endpoint", "gecko_text2image", "gecko_text2video")
+FOUNDRY_TYPES = {"rubric": "weighted", "prompt": "prompt", "code": "code", "endpoint": "endpoint"}
+"""Foundry's evaluator definition types and the kind each is read as."""
 _ADAPTER: TypeAdapter[Rubric] = TypeAdapter(Rubric)
 
 
@@ -63,6 +66,8 @@ def parse_rubric(data: Any, where: str, versions: PromptVersion) -> Rubric:
         data, from_definition = _flatten_envelope(data, where)
     if "dimensions" in data and "kind" not in data:
         data = {**data, "kind": "weighted"}
+    if data.get("type") in ("prompt", "code", "endpoint") and "kind" not in data:
+        data = {**{k: v for k, v in data.items() if k != "type"}, "kind": data["type"]}
     data = {"name": Path(where).stem, **data}
     explicit = data.get("version")
     data = {**data, "version": content_version(data) if explicit is None else str(explicit)}
@@ -78,7 +83,27 @@ def parse_rubric(data: Any, where: str, versions: PromptVersion) -> Rubric:
             raise RubricError(where, "kind", message) from None
         rubric_errors = [RubricError(e.where, _in_definition(e.field, from_definition), e.message) for e in errors]
         raise RubricError.collect(rubric_errors) from None
-    return rubric.model_copy(update={"version": versioned(rubric, data, explicit, versions)})
+    rubric = _read_code_file(rubric, where)
+    content = data if rubric.kind != "code" else {**data, "code_text": getattr(rubric, "code_text", None)}
+    return rubric.model_copy(update={"version": versioned(rubric, content, explicit, versions)})
+
+
+def _read_code_file(rubric: Rubric, where: str) -> Rubric:
+    """A code evaluator's ``code_file`` is read now (relative to the rubric file): its content is part of the
+    rubric's version, so an edited grader starts new metric series."""
+    code_file = getattr(rubric, "code_file", None)
+    if code_file is None:
+        return rubric
+    path = code_file if code_file.is_absolute() else Path(where).parent / code_file
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise RubricError(where, "code_file", f"cannot read {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise RubricError(where, "code_file", f"{path} is not UTF-8 text") from None
+    if not text.strip():
+        raise RubricError(where, "code_file", f"{path} is empty")
+    return rubric.model_copy(update={"code_text": text, "code_file": path})
 
 
 def versioned(rubric: Rubric, data: Any, explicit: Any, versions: PromptVersion) -> str:
@@ -109,8 +134,9 @@ def _flatten_envelope(data: dict[str, Any], where: str) -> tuple[dict[str, Any],
     definition = data["definition"]
     if not isinstance(definition, dict):
         raise RubricError(where, "definition", "must be a mapping (Foundry's evaluator definition)")
-    if definition.get("type", "rubric") != "rubric":
-        raise RubricError(where, "definition.type", f"only rubric evaluators are supported, not "
+    kind = FOUNDRY_TYPES.get(definition.get("type", "rubric"))
+    if kind is None:
+        raise RubricError(where, "definition.type", f"must be one of {', '.join(FOUNDRY_TYPES)}, not "
                                                     f"{definition.get('type')!r}")
     categories = data.get("categories", ["quality"])
     if not isinstance(categories, list) or not all(isinstance(c, str) for c in categories):
@@ -120,13 +146,15 @@ def _flatten_envelope(data: dict[str, Any], where: str) -> tuple[dict[str, Any],
         raise RubricError(where, "categories", f"unknown category {unknown[0]!r}; one of "
                                                f"{', '.join(EVALUATOR_CATEGORIES)}")
     if data.get("evaluator_type", "custom") != "custom":
-        raise RubricError(where, "evaluator_type", "a rubric evaluator is 'custom'")
+        raise RubricError(where, "evaluator_type", "an evaluator of ours is 'custom' (builtin ones are Foundry's)")
     inner = {k: v for k, v in definition.items() if k != "type"}
     outer = {k: v for k, v in data.items() if k not in _ENVELOPE_ONLY}
     clash = sorted(set(inner) & set(outer))
     if clash:
         raise RubricError(where, f"definition.{clash[0]}", "given both in the envelope and in its definition")
-    flat = {**outer, **inner, "kind": "weighted", "category": "safety" if "safety" in categories else "quality"}
+    flat = {**outer, **inner, "kind": kind}
+    if kind == "weighted":
+        flat["category"] = "safety" if "safety" in categories else "quality"
     if "display_name" in data:
         flat["display_name"] = data["display_name"]
     return flat, set(inner)

@@ -11,7 +11,13 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from monitor.rubrics.base import SNAKE_CASE, RubricBase
+from monitor.rubrics.base import SNAKE_CASE, EvaluatorMetric, RubricBase, check_json_schema
+from monitor.rubrics.evaluator_kinds import (
+    CodeEvaluatorRubric,
+    EndpointEvaluatorRubric,
+    GeckoRubric,
+    PromptEvaluatorRubric,
+)
 from monitor.rubrics.kinds import AdaptiveRubric, StaticMetricRubric
 
 RESIDUAL_DIMENSIONS = {
@@ -78,54 +84,6 @@ class Dimension(BaseModel):
         return value.strip() if isinstance(value, str) else value
 
 
-_JSON_TYPES = ("object", "array", "string", "number", "integer", "boolean", "null")
-
-
-def check_json_schema(schema: Any, path: str = "") -> None:
-    """The structure Foundry's ``data_schema`` / ``init_parameters`` must have (JSON Schema 2020-12): a schema
-    object (or true/false), known ``type`` names, ``properties`` of schemas, ``required`` a list of names."""
-    where = f" at {path}" if path else ""
-    if isinstance(schema, bool):
-        return
-    if not isinstance(schema, dict):
-        raise ValueError(f"must be a JSON Schema object{where}, not {type(schema).__name__}")
-    types = schema.get("type")
-    for name in types if isinstance(types, list) else ([] if types is None else [types]):
-        if name not in _JSON_TYPES:
-            raise ValueError(f"type {name!r}{where} is not one of {', '.join(_JSON_TYPES)}")
-    required = schema.get("required")
-    if required is not None and (not isinstance(required, list) or not all(isinstance(r, str) for r in required)
-                                 or len(set(required)) != len(required)):
-        raise ValueError(f"required{where} must be a list of distinct property names")
-    properties = schema.get("properties")
-    if properties is not None:
-        if not isinstance(properties, dict):
-            raise ValueError(f"properties{where} must map names to schemas")
-        for name, sub in properties.items():
-            check_json_schema(sub, f"{path}.properties.{name}".lstrip("."))
-    if "items" in schema:
-        check_json_schema(schema["items"], f"{path}.items".lstrip("."))
-
-
-class EvaluatorMetric(BaseModel):
-    """One output metric of a Foundry evaluator definition (``metrics``)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
-
-    type: Literal["ordinal", "continuous", "boolean"] | None = None
-    desirable_direction: Literal["increase", "decrease", "neutral"] | None = None
-    min_value: float | None = None
-    max_value: float | None = None
-    threshold: float | None = None
-    is_primary: bool | None = None
-
-    @model_validator(mode="after")
-    def _range(self) -> EvaluatorMetric:
-        if self.min_value is not None and self.max_value is not None and self.min_value > self.max_value:
-            raise ValueError(f"min_value {self.min_value} is above max_value {self.max_value}")
-        return self
-
-
 class WeightedRubric(RubricBase):
     """Azure AI Foundry's rubric evaluator: dimensions scored 1 to 5, weighted, with applicability."""
 
@@ -181,4 +139,10 @@ class WeightedRubric(RubricBase):
         return self
 
 
-Rubric = Annotated[WeightedRubric | AdaptiveRubric | StaticMetricRubric, Field(discriminator="kind")]
+Rubric = Annotated[
+    WeightedRubric | AdaptiveRubric | StaticMetricRubric | PromptEvaluatorRubric | CodeEvaluatorRubric
+    | EndpointEvaluatorRubric | GeckoRubric,
+    Field(discriminator="kind"),
+]
+
+__all__ = ["EvaluatorMetric", "Rubric", "WeightedRubric", "check_json_schema"]

@@ -13,6 +13,7 @@ from monitor.settings.schema import (
     ConversationSettings,
     JudgeSettings,
     LocalJudgeSettings,
+    MediaSettings,
     MetricsSettings,
     NotifierSettings,
     OtlpFileSourceSettings,
@@ -32,7 +33,8 @@ from monitor.settings.schema import (
 
 __all__ = [
     "ENV_PREFIX", "MAX_SECONDS", "AlertSettings", "AppInsightsCredentialSettings", "AppInsightsSourceSettings",
-    "CanarySettings", "ConversationSettings", "JudgeSettings", "LocalJudgeSettings", "MetricsSettings",
+    "CanarySettings", "ConversationSettings", "JudgeSettings", "LocalJudgeSettings", "MediaSettings",
+    "MetricsSettings",
     "NotifierSettings", "OtlpFileSourceSettings", "PriceSettings", "ReplicaSettings", "RetentionSettings",
     "RubricSettings", "SamplingSettings", "Settings", "SilenceSettings", "SourceSettings", "StoreSettings",
     "WritebackSettings", "check_one_line", "load_settings", "read_secret",

@@ -446,6 +446,28 @@ class CanarySettings(_Section):
     """...or when the judge's mean score moves further than this from the agreed scores (either way)."""
 
 
+class MediaSettings(_Section):
+    """Images and videos in traces, read for the Gecko rubrics (``gecko_text2image``, ``gecko_text2video``)."""
+
+    allowed_hosts: tuple[str, ...] = ()
+    """Hosts ``uri`` parts may be fetched from (``cdn.example.com``, or ``*.example.com`` for its subdomains);
+    empty: no media is fetched, and ``uri`` parts are unscored (``media_unavailable``)."""
+    allowed_private_hosts: tuple[str, ...] = ()
+    """Hosts of ``allowed_hosts`` that may resolve to private, loopback or link-local addresses. Any other host
+    resolving to one is refused (server-side request forgery); the connection goes to the address checked."""
+    max_bytes: int = Field(default=20 * 1024 * 1024, ge=1024, le=512 * 1024 * 1024)
+    """Largest image or video read (inline, fetched or from ``file_directory``); a larger one is unscored."""
+    fetch_timeout_seconds: float = Field(default=15.0, gt=0, le=600)
+    """Per fetch of a ``uri`` part (redirects are not followed)."""
+    ca_bundle: Path | None = None
+    """CA bundle to verify https media hosts (private CAs)."""
+    file_directory: Path | None = None
+    """Where ``file`` parts are read from: the file named by the part's ``file_id`` (no directories); unset:
+    ``file`` parts are unscored."""
+    max_frames: int = Field(default=8, ge=1, le=64)
+    """Frames of an animated image shown to the judge for ``gecko_text2video`` (evenly spaced)."""
+
+
 class Settings(_Section):
     """Every setting; ``load_settings`` fills it from the file, the secrets directory and the environment."""
 
@@ -468,6 +490,7 @@ class Settings(_Section):
     metrics: MetricsSettings = MetricsSettings()
     alerts: AlertSettings = AlertSettings()
     canary: CanarySettings = CanarySettings()
+    media: MediaSettings = MediaSettings()
     replicas: ReplicaSettings = ReplicaSettings()
     retention: RetentionSettings = RetentionSettings()
     writeback: WritebackSettings = WritebackSettings()
