@@ -207,7 +207,8 @@ def test_json_bodies_as_the_specification_writes_them_with_invalid_spans_in_part
         assert json.loads(body) == {"partialSuccess": {
             "rejectedSpans": "2", "errorMessage": "2 spans could not be read: 1 x invalid_time, 1 x invalid_trace_id"}}
         assert set(target.stored_ids()) == {(s.trace_id, s.span_id) for s in good}
-        assert target.count("rubric_monitor_spans_rejected_total", source="otlp_receiver", reason="invalid_trace_id") == 1
+        rejected = {"source": "otlp_receiver", "reason": "invalid_trace_id"}
+        assert target.count("rubric_monitor_spans_rejected_total", **rejected) == 1
         assert target.count("rubric_monitor_receiver_items_total", signal="traces", outcome="rejected") == 2
         # An empty request is valid; so is a gzip JSON body.
         assert target.post("/v1/traces", b"{}", "application/json")[:3:2] == (200, b"{}")
@@ -260,7 +261,7 @@ def test_every_refusal_has_its_status_code_and_is_counted(tmp_path: Path) -> Non
              415, "bad_encoding"),
             ("unknown path", target.post("/v1/metrics", body, "application/json"), 404, "not_found"),
         ]
-        for what, (status, headers, answer), expected, reason in cases:
+        for what, (status, headers, answer), expected, _ in cases:
             assert status == expected, what
             # A google.rpc.Status saying why, in the request's encoding.
             if headers["content-type"] == "application/json":
