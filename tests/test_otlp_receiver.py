@@ -357,3 +357,47 @@ def wait_until(condition: Any, timeout: float = 30) -> None:
             return
         done.wait(0.01)
     raise AssertionError("timed out")
+
+
+def test_protobuf_is_read_as_the_json_mapping_of_the_same_request_reads() -> None:
+    """The direct protobuf reader gives the records and rejections the OTLP JSON reader gives for the proto3 JSON
+    mapping of the same request: every value type, events, status, kinds, and each kind of broken span."""
+    from google.protobuf.json_format import MessageToDict, ParseDict
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    from monitor.sources.otlp_receiver import read_spans, read_spans_protobuf
+
+    memory = InMemorySpanExporter()
+    provider = TracerProvider(resource=Resource.create({"service.name": "svc", "deployment.count": 3}))
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    tracer = provider.get_tracer("test")
+    with tracer.start_as_current_span("root", kind=SpanKind.SERVER, attributes={
+        "s": "text", "i": -7, "f": 1.5, "b": True, "list": ["a", "b"], "ints": [1, 2], "nan": float("nan"),
+    }) as root:
+        root.add_event("gen_ai.user.message", {"content": "hi", "n": 2})
+        root.set_status(2, "broken")  # type: ignore[arg-type]
+        with tracer.start_as_current_span("child", kind=SpanKind.CONSUMER):
+            pass
+    provider.shutdown()
+    request = encode_spans(memory.get_finished_spans())
+    broken = {"resourceSpans": [{"resource": {"attributes": [
+        {"key": "nested", "value": {"kvlistValue": {"values": [{"key": "k", "value": {"bytesValue": "AAE="}}]}}}]},
+        "scopeSpans": [{"spans": [
+            {"name": "no ids"},
+            {"traceId": "AAAAAAAAAAAAAAAAAAAAAA==", "spanId": "AAAAAAAAAAE=", "startTimeUnixNano": "5"},
+            {"traceId": "AAAAAAAAAAAAAAAAAAAAAQ==", "spanId": "AAAAAAAAAAE="},
+            {"traceId": "AAAAAAAAAAAAAAAAAAAAAQ==", "spanId": "AAAAAAAAAAI=", "startTimeUnixNano": "5",
+             "parentSpanId": "AAE=", "events": [{"name": "no time"}]},
+            {"traceId": "AAAAAAAAAAAAAAAAAAAAAQ==", "spanId": "AAAAAAAAAAM=", "startTimeUnixNano": "5",
+             "events": [{"name": "no time"}], "kind": 3, "status": {"code": 1}},
+        ]}]}]}
+    request.MergeFrom(ParseDict(broken, ExportTraceServiceRequest()))
+    body = request.SerializeToString()
+    direct = read_spans_protobuf(body)
+    mapped = read_spans(MessageToDict(ExportTraceServiceRequest.FromString(body)))
+    assert len(direct.records) == 3
+    assert [r.model_dump(mode="json") for r in direct.records] == [r.model_dump(mode="json") for r in mapped.records]
+    assert direct.rejected == mapped.rejected
+    assert direct.rejected == {"missing_trace_id": 1, "invalid_trace_id": 1, "invalid_time": 1,
+                               "invalid_parent_span_id": 1, "invalid_event_time": 1}

@@ -29,6 +29,7 @@ keeps a conversation from being scored before another replica commits its last s
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import json
@@ -45,6 +46,7 @@ from socket import socket
 from typing import TYPE_CHECKING, Any
 
 from monitor.errors import ConfigError, StoreError
+from monitor.formats.json_text import MAX_NESTING
 from monitor.formats.otlp import (
     OtlpFormatError,
     parse_any_value,
@@ -162,6 +164,100 @@ def read_spans(document: Mapping[str, Any]) -> Received:
         return Received()
     spans, rejected = parse_otlp_document(document)
     return Received(spans, Counter(rejected))
+
+
+def read_spans_protobuf(body: bytes) -> Received:
+    """The spans of an ``ExportTraceServiceRequest``, read from the protobuf objects directly: the same records
+    and rejection reasons as the OTLP JSON reader gives for the same request (a test holds them equal), several
+    times faster than going through the JSON mapping."""
+    from google.protobuf.message import DecodeError
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    request = ExportTraceServiceRequest()
+    try:
+        request.ParseFromString(body)
+    except (DecodeError, RecursionError, ValueError) as exc:
+        raise RequestError(400, "bad_protobuf", "the body is not an OTLP traces protobuf message: "
+                                                f"{str(exc)[:200]}") from None
+    received = Received()
+    for resource_spans in request.resource_spans:
+        try:
+            resource = _pb_attributes(resource_spans.resource.attributes, 0)
+        except OtlpFormatError as exc:
+            received.rejected[exc.reason] += 1
+            resource = {}
+        for scope in resource_spans.scope_spans:
+            for span in scope.spans:
+                try:
+                    received.records.append(_pb_span(span, resource, received.rejected))
+                except OtlpFormatError as exc:
+                    received.rejected[exc.reason] += 1
+                except (TypeError, ValueError, OverflowError, RecursionError):
+                    received.rejected["malformed_span"] += 1
+    return received
+
+
+_PB_KINDS = {0: "internal", 1: "internal", 2: "server", 3: "client", 4: "producer", 5: "consumer"}
+_PB_STATUS = {0: "unset", 1: "ok", 2: "error"}
+
+
+def _pb_id(value: bytes, size: int, field: str) -> str:
+    kind = "trace" if size == 16 else "span"
+    reason = "invalid_parent_span_id" if field == "parentSpanId" else f"invalid_{kind}_id"
+    if not value:
+        raise OtlpFormatError(reason.replace("invalid", "missing"), f"{field} is missing")
+    if len(value) != size or not any(value):
+        raise OtlpFormatError(reason, f"{field} is not {size} bytes, or is all zeros")
+    return value.hex()
+
+
+def _pb_span(span: Any, resource: dict[str, Any], rejected: Counter[str]) -> SpanRecord:
+    from monitor.models import SpanEvent
+
+    trace_id = _pb_id(span.trace_id, 16, "traceId")
+    span_id = _pb_id(span.span_id, 8, "spanId")
+    parent = _pb_id(span.parent_span_id, 8, "parentSpanId") if span.parent_span_id else None
+    start = parse_unix_nanos(span.start_time_unix_nano, "startTimeUnixNano")
+    end = parse_unix_nanos(span.end_time_unix_nano, "endTimeUnixNano") if span.end_time_unix_nano else None
+    events = []
+    for event in span.events:
+        try:
+            events.append(SpanEvent(name=event.name, attributes=_pb_attributes(event.attributes, 0),
+                                    time=parse_unix_nanos(event.time_unix_nano, "event timeUnixNano",
+                                                          reason="invalid_event_time")))
+        except OtlpFormatError as exc:
+            rejected[exc.reason] += 1
+    return SpanRecord(trace_id=trace_id, span_id=span_id, parent_span_id=parent, name=span.name,
+                      kind=_PB_KINDS.get(span.kind, "internal"), start_time=start, end_time=end,
+                      attributes=_pb_attributes(span.attributes, 0), events=tuple(events), resource=resource,
+                      status=_PB_STATUS.get(span.status.code, "unset"))
+
+
+def _pb_attributes(attributes: Any, depth: int) -> dict[str, Any]:
+    if depth >= MAX_NESTING:
+        raise OtlpFormatError("malformed_attributes", f"values nested deeper than {MAX_NESTING} levels")
+    return {kv.key: _pb_value(kv.value, depth + 1) for kv in attributes}
+
+
+def _pb_value(value: Any, depth: int) -> Any:
+    which = value.WhichOneof("value")
+    if which == "string_value":
+        return value.string_value
+    if which == "int_value":
+        return value.int_value
+    if which == "bool_value":
+        return value.bool_value
+    if which == "double_value":
+        return value.double_value
+    if which == "array_value":
+        if depth >= MAX_NESTING:
+            raise OtlpFormatError("malformed_attributes", f"values nested deeper than {MAX_NESTING} levels")
+        return [_pb_value(item, depth + 1) for item in value.array_value.values]
+    if which == "kvlist_value":
+        return _pb_attributes(value.kvlist_value.values, depth)
+    if which == "bytes_value":
+        return base64.b64encode(value.bytes_value).decode("ascii")
+    return None
 
 
 def read_log_records(document: Mapping[str, Any]) -> Received:
@@ -656,8 +752,11 @@ class OtlpReceiverSource:
         if self._committer is not None and self._committer.full():
             # Refused before the costly part: decoding what cannot be queued.
             raise RequestError(429, "pending_full", "the receiver has as many spans waiting as it may hold")
-        document = decode_document(body, content_type, signal)
-        received = read_spans(document) if signal == "traces" else read_log_records(document)
+        if signal == "traces" and content_type == PROTOBUF:
+            received = read_spans_protobuf(body)
+        else:
+            document = decode_document(body, content_type, signal)
+            received = read_spans(document) if signal == "traces" else read_log_records(document)
         filter_agents(received, self.settings.agents)
         return received
 

@@ -10,7 +10,7 @@ import hashlib
 import logging
 import threading
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, date, datetime
@@ -23,6 +23,7 @@ from sqlalchemy import (
     Integer,
     Select,
     and_,
+    bindparam,
     case,
     create_engine,
     delete,
@@ -251,24 +252,85 @@ class SqlStore:
             by_trace: dict[str, list[SpanRecord]] = defaultdict(list)
             for span in new:
                 by_trace[span.trace_id].append(span)
-            keys = {trace: self._conversation_key(conn, trace, group) for trace, group in by_trace.items()}
+            keys = self._conversation_keys(conn, by_trace)
             if new:
                 conn.execute(insert(spans_table), [
                     {"span_id": s.span_id, "trace_id": s.trace_id, "conversation_key": keys[s.trace_id],
                      "start_ts": _ts(s.start_time), "payload": s.model_dump_json()}
                     for s in new
                 ])
-            late_ignored = reopened = 0
             per_key: dict[str, list[SpanRecord]] = defaultdict(list)
             for trace, group in by_trace.items():
                 per_key[keys[trace]].extend(group)
-            for key, group in per_key.items():
-                outcome = self._touch_conversation(conn, key, group, late_turns)
-                late_ignored += outcome == "late_ignored"
-                reopened += outcome == "reopened"
+            outcomes = self._touch_conversations(conn, per_key, late_turns)
             self._save_checkpoint(conn, source, checkpoint)
-        return StoredSpans(new=len(new), duplicates=len(spans) - len(new), late_ignored=late_ignored,
-                           reopened=reopened)
+        return StoredSpans(new=len(new), duplicates=len(spans) - len(new), late_ignored=outcomes["late_ignored"],
+                           reopened=outcomes["reopened"])
+
+    def _conversation_keys(self, conn: Connection, by_trace: dict[str, list[SpanRecord]]) -> dict[str, str]:
+        """``_conversation_key`` of every trace, with one look-up and one insert for all the traces seen before
+        and all the new ones (a receiver's batch holds tens of traces); the rare trace that moves to a
+        conversation named only now takes the one-by-one path."""
+        known: dict[str, tuple[str, bool]] = {}
+        traces = list(by_trace)
+        for start in range(0, len(traces), _CHUNK):
+            rows = conn.execute(select(traces_table.c.trace_id, traces_table.c.conversation_key,
+                                       traces_table.c.from_conversation_id)
+                                .where(traces_table.c.trace_id.in_(traces[start:start + _CHUNK])))
+            known.update((str(r[0]), (str(r[1]), bool(r[2]))) for r in rows)
+        keys: dict[str, str] = {}
+        inserts: list[dict[str, Any]] = []
+        for trace_id, group in by_trace.items():
+            named = _text(conversation_key(group))
+            conversation_id = named if named != trace_id else None
+            row = known.get(trace_id)
+            if row is not None and (row[1] or conversation_id is None):
+                keys[trace_id] = row[0]
+            elif row is None:
+                keys[trace_id] = conversation_id or trace_id
+                inserts.append({"trace_id": trace_id, "conversation_key": keys[trace_id],
+                                "from_conversation_id": conversation_id is not None})
+            else:
+                keys[trace_id] = self._conversation_key(conn, trace_id, group)
+        if inserts:
+            conn.execute(insert(traces_table), inserts)
+        return keys
+
+    def _touch_conversations(self, conn: Connection, per_key: dict[str, list[SpanRecord]],
+                             late_turns: LatePolicy) -> Counter[str]:
+        """``_touch_conversation`` for every key at once: one look-up, one insert of the new conversations, one
+        statement updating the pending ones; the outcomes counted."""
+        outcomes: Counter[str] = Counter()
+        c = conversations_table.c
+        rows: dict[str, Any] = {}
+        names = list(per_key)
+        for start in range(0, len(names), _CHUNK):
+            found = conn.execute(select(conversations_table).where(c.key.in_(names[start:start + _CHUNK])))
+            rows.update((str(row["key"]), row) for row in found.mappings())
+        inserts: list[dict[str, Any]] = []
+        updates: list[dict[str, Any]] = []
+        for key, group in per_key.items():
+            row = rows.get(key)
+            if row is not None and row["status"] != "pending":
+                outcomes[self._touch_conversation(conn, key, group, late_turns)] += 1
+                continue
+            first = min(_ts(s.start_time) for s in group)
+            last = max(_ts(s.end_time or s.start_time) for s in group)
+            if row is None:
+                inserts.append({"key": key, "first_span_ts": first, "last_span_ts": last, "span_count": len(group),
+                                "status": "pending", "revision": 0})
+                outcomes["new"] += 1
+                continue
+            updates.append({"k": key, "first": min(first, row["first_span_ts"]),
+                            "last": max(last, row["last_span_ts"]), "count": row["span_count"] + len(group)})
+            outcomes["updated"] += 1
+        if inserts:
+            conn.execute(insert(conversations_table), inserts)
+        if updates:
+            conn.execute(update(conversations_table).where(c.key == bindparam("k")).values(
+                first_span_ts=bindparam("first"), last_span_ts=bindparam("last"), span_count=bindparam("count")),
+                updates)
+        return outcomes
 
     @staticmethod
     def _existing_spans(conn: Connection, ids: list[tuple[str, str]]) -> set[tuple[str, str]]:
