@@ -64,8 +64,8 @@ def serve(url: str, port: int, max_pending: int) -> None:
 
 
 class Server:
-    def __init__(self, url: str, max_pending: int = 50_000) -> None:
-        self.port = free_port()
+    def __init__(self, url: str, max_pending: int = 50_000, port: int | None = None) -> None:
+        self.port = port or free_port()
         self.process = subprocess.Popen(
             [sys.executable, __file__, "serve", "--store", url, "--port", str(self.port),
              "--max-pending", str(max_pending)], stdout=subprocess.PIPE, text=True)
@@ -358,8 +358,7 @@ def kills(url: str, count: int, seed: int = 50) -> dict[str, Any]:
             held = set(stored())
             wanted = set().union(*(bodies[i][1] for i in set(acknowledged)))
             lost_at_a_kill += len(wanted - held)
-            server = Server(url)
-            port = server.port
+            server = Server(url, port=port)  # the same port: the client reconnects as it would to a Service
         while len(acknowledged) < len(bodies) and sender.is_alive():
             time.sleep(0.05)
     finally:

@@ -401,3 +401,42 @@ def test_protobuf_is_read_as_the_json_mapping_of_the_same_request_reads() -> Non
     assert direct.rejected == mapped.rejected
     assert direct.rejected == {"missing_trace_id": 1, "invalid_trace_id": 1, "invalid_time": 1,
                                "invalid_parent_span_id": 1, "invalid_event_time": 1}
+
+
+def test_readiness_fails_while_the_listener_is_down_and_a_cycle_scores_what_was_received(tmp_path: Path) -> None:
+    """Through the composition root: the daemon's store is the receiver's, ``/readyz``'s check names the listener
+    while it is down, and the next cycle judges the conversation a client sent."""
+    import shutil
+
+    from monitor.app import build_monitor
+    from monitor.daemon.loop import readiness_problem
+    from monitor.settings import Settings
+    from tests.conftest import REPO
+    from tests.fakes.openai_server import ScriptedOpenAIServer
+    from tests.helpers import SEED_PASS_SCORES, judge_config, verdict
+
+    (tmp_path / "rubrics").mkdir()
+    shutil.copy(REPO / "examples" / "rubrics" / "restaurant-reservation.yaml", tmp_path / "rubrics")
+    (tmp_path / "token").write_text(TOKEN)
+    with ScriptedOpenAIServer(lambda r: verdict(r, SEED_PASS_SCORES)) as judge:
+        config = judge_config(judge.base_url, rubrics={"directory": str(tmp_path / "rubrics")},
+                              store={"url": f"sqlite:///{tmp_path / 'results.db'}"},
+                              source={"kind": "otlp_receiver", "port": 0, "token_file": str(tmp_path / "token")},
+                              conversation={"idle_timeout_seconds": 0})
+        monitor = build_monitor(Settings(**config))
+        try:
+            assert monitor.receiver is not None
+            assert readiness_problem(monitor) == "source otlp_receiver: the OTLP/HTTP listener is not running"
+            monitor.receiver.start()
+            assert readiness_problem(monitor) is None
+            host, port = monitor.receiver.address
+            exporter = OTLPSpanExporter(endpoint=f"http://{host}:{port}/v1/traces", timeout=10,
+                                        headers={"Authorization": f"Bearer {TOKEN}"})
+            assert exporter.export(sdk_spans(conversation="conv-cycle")) == SpanExportResult.SUCCESS
+            report = monitor.run_cycle(datetime.now(UTC) + timedelta(seconds=1))
+            assert report.ok and judge.count == 1
+            assert [r.conversation_id for r in monitor.store.results()] == ["conv-cycle"]
+            monitor.receiver.close()
+            assert "listener is not running" in (readiness_problem(monitor) or "")
+        finally:
+            monitor.close()

@@ -22,7 +22,9 @@ from sqlalchemy import (
     Float,
     Integer,
     Select,
+    Text,
     and_,
+    any_,
     bindparam,
     case,
     create_engine,
@@ -254,7 +256,7 @@ class SqlStore:
                 by_trace[span.trace_id].append(span)
             keys = self._conversation_keys(conn, by_trace)
             if new:
-                conn.execute(insert(spans_table), [
+                self._insert_spans(conn, [
                     {"span_id": s.span_id, "trace_id": s.trace_id, "conversation_key": keys[s.trace_id],
                      "start_ts": _ts(s.start_time), "payload": s.model_dump_json()}
                     for s in new
@@ -267,6 +269,25 @@ class SqlStore:
         return StoredSpans(new=len(new), duplicates=len(spans) - len(new), late_ignored=outcomes["late_ignored"],
                            reopened=outcomes["reopened"])
 
+    def _insert_spans(self, conn: Connection, rows: list[dict[str, Any]]) -> None:
+        """Insert span rows: on PostgreSQL with COPY (a fraction of the client CPU of one INSERT per row, which is
+        what the OTLP receiver's throughput rests on), elsewhere with one executemany INSERT."""
+        driver = conn.connection.driver_connection
+        if not self._one_statement or self._engine.dialect.driver != "psycopg" or driver is None:
+            conn.execute(insert(spans_table), rows)
+            return
+        import psycopg
+
+        columns = ("span_id", "trace_id", "conversation_key", "start_ts", "payload")
+        statement = f"COPY spans ({', '.join(columns)}) FROM STDIN"
+        try:
+            with driver.cursor() as cursor, cursor.copy(statement) as copy:
+                for row in rows:
+                    copy.write_row(tuple(row[column] for column in columns))
+        except psycopg.errors.IntegrityError as exc:
+            # Another writer stored one of these spans first: the whole transaction is run again (``_retrying``).
+            raise IntegrityError(statement, None, exc) from exc
+
     def _conversation_keys(self, conn: Connection, by_trace: dict[str, list[SpanRecord]]) -> dict[str, str]:
         """``_conversation_key`` of every trace, with one look-up and one insert for all the traces seen before
         and all the new ones (a receiver's batch holds tens of traces); the rare trace that moves to a
@@ -276,7 +297,7 @@ class SqlStore:
         for start in range(0, len(traces), _CHUNK):
             rows = conn.execute(select(traces_table.c.trace_id, traces_table.c.conversation_key,
                                        traces_table.c.from_conversation_id)
-                                .where(traces_table.c.trace_id.in_(traces[start:start + _CHUNK])))
+                                .where(self._among(traces_table.c.trace_id, traces[start:start + _CHUNK])))
             known.update((str(r[0]), (str(r[1]), bool(r[2]))) for r in rows)
         keys: dict[str, str] = {}
         inserts: list[dict[str, Any]] = []
@@ -305,7 +326,7 @@ class SqlStore:
         rows: dict[str, Any] = {}
         names = list(per_key)
         for start in range(0, len(names), _CHUNK):
-            found = conn.execute(select(conversations_table).where(c.key.in_(names[start:start + _CHUNK])))
+            found = conn.execute(select(conversations_table).where(self._among(c.key, names[start:start + _CHUNK])))
             rows.update((str(row["key"]), row) for row in found.mappings())
         inserts: list[dict[str, Any]] = []
         updates: list[dict[str, Any]] = []
@@ -332,16 +353,23 @@ class SqlStore:
                 updates)
         return outcomes
 
-    @staticmethod
-    def _existing_spans(conn: Connection, ids: list[tuple[str, str]]) -> set[tuple[str, str]]:
-        """Which (trace id, span id) pairs are stored already. Looked up by span id, which is selective and
-        portable, then matched on the pair."""
+    def _among(self, column: Any, values: list[str]) -> ColumnElement[bool]:
+        """``column IN values``; on PostgreSQL ``column = ANY(array)``, one statement text whatever the count, which
+        the driver prepares once instead of parsing a new list of placeholders each time."""
+        if self._one_statement:
+            return column == any_(literal(values, type_=postgresql.ARRAY(Text)))  # type: ignore[no-any-return]
+        return column.in_(values)  # type: ignore[no-any-return]
+
+    def _existing_spans(self, conn: Connection, ids: list[tuple[str, str]]) -> set[tuple[str, str]]:
+        """Which (trace id, span id) pairs are stored already. Looked up by trace id, the leading column of the
+        primary key, so the look-up reads the index and the spans of those traces only, however large the table
+        (by span id alone, which no index leads with, it read the whole table for every batch)."""
         found: set[tuple[str, str]] = set()
         wanted = set(ids)
-        for start in range(0, len(ids), _CHUNK):
-            chunk = [span_id for _, span_id in ids[start:start + _CHUNK]]
+        traces = list(dict.fromkeys(trace_id for trace_id, _ in ids))
+        for start in range(0, len(traces), _CHUNK):
             rows = conn.execute(select(spans_table.c.trace_id, spans_table.c.span_id)
-                                .where(spans_table.c.span_id.in_(chunk)))
+                                .where(self._among(spans_table.c.trace_id, traces[start:start + _CHUNK])))
             found.update(pair for pair in ((str(r[0]), str(r[1])) for r in rows) if pair in wanted)
         return found
 
