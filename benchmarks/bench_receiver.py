@@ -270,9 +270,9 @@ def overload(url: str, seconds: float, capacity: float, clients: int) -> dict[st
     def send() -> None:
         client = Client(server.port)
         sent = 0
-        while tickets.acquire(timeout=1) or not stop.is_set():
-            if stop.is_set():
-                break
+        while not stop.is_set():
+            if not tickets.acquire(timeout=0.2):
+                continue
             started = time.perf_counter()
             status = client.post(bodies[sent % len(bodies)][0])
             sent += 1
@@ -309,7 +309,9 @@ def overload(url: str, seconds: float, capacity: float, clients: int) -> dict[st
         "p99_ms_of_200": round(1000 * percentile(latencies, 0.99), 1),
         "rss_mib_first_quarter_max": round(max(rss[:quarter]), 1),
         "rss_mib_last_quarter_max": round(max(rss[-quarter:]), 1),
-        "rss_mib_max": round(max(rss), 1), "unanswered_tickets": issued - answered,
+        "rss_mib_max": round(max(rss), 1),
+        "requests_offered": issued, "requests_never_sent": issued - answered,
+        "note": "status 0: the connection was refused or reset (past max_connections)",
     }
 
 
