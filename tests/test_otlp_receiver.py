@@ -321,9 +321,15 @@ def test_a_slow_store_gives_429_and_503_with_retry_after_and_bounded_pending_spa
         def send(name: str, records: list[SpanRecord]) -> None:
             answers[name] = target.post("/v1/traces", json_document(records), "application/json")
 
+        sent_at = datetime.now(UTC)
         first = threading.Thread(target=send, args=("first", [record(5, i) for i in range(1, 9)]))
         first.start()
         assert slow.entered.acquire(timeout=30)  # the committer holds the first request's spans
+        # Delivery is complete only up to the request still in its transaction: the cycle does not judge past it.
+        pulled_at = datetime.now(UTC)
+        (batch,) = target.receiver.pull(None, pulled_at)
+        assert batch.spans == [] and batch.read_through is not None
+        assert sent_at <= batch.read_through < pulled_at
         # The first is taken by the committer, so 8 more may wait; then the bound (10) is reached.
         second = threading.Thread(target=send, args=("second", [record(6, i) for i in range(1, 9)]))
         second.start()
@@ -346,6 +352,8 @@ def test_a_slow_store_gives_429_and_503_with_retry_after_and_bounded_pending_spa
         wait_until(lambda: target.receiver._committer is not None and target.receiver._committer.pending == 0)
         send("second retry", [record(6, i) for i in range(1, 9)])
         assert answers["second retry"][0] == 200
+        now = datetime.now(UTC)
+        assert [b.read_through for b in target.receiver.pull(None, now)] == [now]  # nothing waits any more
         assert {trace for trace, _ in target.stored_ids()} >= {f"{6:032x}"}
     real.close()
 

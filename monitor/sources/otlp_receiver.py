@@ -433,6 +433,8 @@ class SpanCommitter:
         self._batch = batch
         self._name = name
         self._queue: deque[_Waiting] = deque()
+        self._committing: list[_Waiting] = []
+        """Taken from the queue, in the transaction now running."""
         self._pending = 0
         self._lock = threading.Condition()
         self._closing = False
@@ -468,8 +470,10 @@ class SpanCommitter:
             waiting.abandoned = True
 
     def oldest_waiting(self) -> datetime | None:
+        """When the oldest request not committed yet arrived (queued, or in the transaction now running)."""
         with self._lock:
-            return min((w.received_at for w in self._queue if not w.abandoned), default=None)
+            waiting = [w.received_at for w in self._queue if not w.abandoned]
+            return min([*waiting, *(w.received_at for w in self._committing)], default=None)
 
     def close(self, timeout: float = 5.0) -> None:
         """Commit what waits (within ``timeout``), then stop."""
@@ -491,6 +495,7 @@ class SpanCommitter:
                     continue
                 taken.append(waiting)
                 size += len(waiting.records)
+            self._committing = taken
             self._metrics.receiver.pending.set(self._pending)
             return taken
 
@@ -525,6 +530,8 @@ class SpanCommitter:
         else:
             log.warning("otlp receiver: the store refused %d records (%s); the clients are answered 503 and "
                         "send them again", len(records), str(error)[:300])
+        with self._lock:
+            self._committing = []
         for waiting in taken:
             waiting.stored, waiting.error = stored, error
             waiting.done.set()
@@ -798,8 +805,8 @@ class OtlpReceiverSource:
             self._metrics.receiver.backpressure.labels(str(status)).inc()
         if status == 401:
             headers["WWW-Authenticate"] = 'Bearer realm="otlp"'
-        if status >= 500 or status in (429,):
-            log.info("otlp receiver: %d %s: %s", status, reason, message)
+        # Counted, not logged at INFO: under overload every second would bring hundreds of these lines.
+        log.debug("otlp receiver: %d %s: %s", status, reason, message)
         self._send(handler, signal, status, content_type, status_body(content_type, status, message), headers,
                    close)
 
