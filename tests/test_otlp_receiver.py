@@ -448,3 +448,63 @@ def test_readiness_fails_while_the_listener_is_down_and_a_cycle_scores_what_was_
             assert "listener is not running" in (readiness_problem(monitor) or "")
         finally:
             monitor.close()
+
+
+def test_a_client_whose_body_stalls_is_answered_408_and_cut_off(tmp_path: Path) -> None:
+    import socket
+
+    with running(tmp_path, read_timeout_seconds=0.5) as target:
+        slow = socket.create_connection((target.host, target.port), timeout=30)
+        # Headers promising 100 bytes, then 10 of them, then nothing.
+        slow.sendall(b"POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Authorization: Bearer " + TOKEN.encode() + b"\r\nContent-Length: 100\r\n\r\n{\"resourc")
+        answer = b""
+        while b"\r\n\r\n" not in answer:
+            chunk = slow.recv(4096)
+            assert chunk, answer
+            answer += chunk
+        assert answer.startswith(b"HTTP/1.1 408") and b"Connection: close" in answer, answer[:200]
+        while slow.recv(4096):  # the server closes the connection
+            pass
+        slow.close()
+        assert target.rejections("read_timeout") == 1
+
+
+def test_connections_past_the_bound_are_answered_503_at_once(tmp_path: Path) -> None:
+    import socket
+
+    with running(tmp_path, max_connections=1, retry_after_seconds=4) as target:
+        holder = socket.create_connection((target.host, target.port), timeout=30)
+        holder.sendall(b"POST /v1/traces HTTP/1.1\r\n")  # holds the only slot, mid-headers
+        server = target.receiver._server
+        assert server is not None
+        wait_until(lambda: server.busy == 1)
+        extra = socket.create_connection((target.host, target.port), timeout=30)
+        answer = extra.recv(4096)
+        assert answer.startswith(b"HTTP/1.1 503") and b"Retry-After: 4" in answer, answer[:200]
+        extra.close()
+        assert target.rejections("too_many_connections") == 1
+        assert target.count("rubric_monitor_receiver_backpressure_total", code="503") == 1
+        holder.close()
+        # The slot is free again once the server sees the holder leave.
+        wait_until(lambda: server.busy == 0)
+        assert target.post("/v1/traces", b"{}", "application/json")[0] == 200
+
+
+def test_json_log_records_as_the_specification_writes_them(tmp_path: Path) -> None:
+    body = {"resourceLogs": [{"resource": {"attributes": [{"key": "service.name",
+                                                          "value": {"stringValue": "app"}}]},
+                              "scopeLogs": [{"logRecords": [
+        {"timeUnixNano": "1777777777000000000", "traceId": f"{9:032x}", "spanId": f"{3:016x}",
+         "eventName": "gen_ai.user.message", "body": {"kvlistValue": {"values": [
+             {"key": "content", "value": {"stringValue": "Two at eight?"}}]}}},
+        {"timeUnixNano": "1777777777000000000", "traceId": "not hex", "spanId": f"{3:016x}"},
+    ]}]}]}
+    with running(tmp_path) as target:
+        status, _, answer = target.post("/v1/logs", json.dumps(body).encode(), "application/json")
+        assert status == 200
+        assert json.loads(answer) == {"partialSuccess": {
+            "rejectedLogRecords": "1", "errorMessage": "1 log records could not be read: 1 x invalid_trace_id"}}
+        (row,) = target.store.spans_of(f"{9:032x}")
+        assert (row.kind, row.name, row.attributes["body"]) == ("event", "gen_ai.user.message",
+                                                                 {"content": "Two at eight?"})

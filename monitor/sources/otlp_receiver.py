@@ -551,6 +551,9 @@ class _BoundedServer(ThreadingHTTPServer):
                  refuse: Callable[[socket], None]) -> None:
         self._slots = threading.BoundedSemaphore(slots)
         self._refuse = refuse
+        self._busy_lock = threading.Lock()
+        self.busy = 0
+        """Connections being served now."""
         super().__init__(address, handler)
 
     def process_request(self, request: Any, client_address: Any) -> None:
@@ -560,9 +563,11 @@ class _BoundedServer(ThreadingHTTPServer):
             finally:
                 self.shutdown_request(request)
             return
+        self._count(1)
         try:
             super().process_request(request, client_address)
         except BaseException:
+            self._count(-1)
             self._slots.release()
             raise
 
@@ -570,7 +575,12 @@ class _BoundedServer(ThreadingHTTPServer):
         try:
             super().process_request_thread(request, client_address)
         finally:
+            self._count(-1)
             self._slots.release()
+
+    def _count(self, change: int) -> None:
+        with self._busy_lock:
+            self.busy += change
 
 
 class OtlpReceiverSource:
