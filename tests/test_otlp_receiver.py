@@ -508,3 +508,15 @@ def test_json_log_records_as_the_specification_writes_them(tmp_path: Path) -> No
         (row,) = target.store.spans_of(f"{9:032x}")
         assert (row.kind, row.name, row.attributes["body"]) == ("event", "gen_ai.user.message",
                                                                  {"content": "Two at eight?"})
+
+
+def test_without_opentelemetry_proto_the_source_is_refused_with_what_to_install(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    from monitor.errors import ConfigError
+    from monitor.sources import build_source
+
+    monkeypatch.setitem(sys.modules, "opentelemetry.proto.collector.trace.v1.trace_service_pb2", None)
+    with pytest.raises(ConfigError, match=r"source.kind.*opentelemetry-proto"):
+        build_source(OtlpReceiverSourceSettings(), MonitorMetrics(CollectorRegistry()))
