@@ -66,7 +66,8 @@ ENV PATH=/opt/rubric-monitor/bin:${PATH} \
     PYTHONUNBUFFERED=1
 # No VOLUME: Kubernetes ignores it, and an anonymous volume would hide a mount there from some runtimes.
 WORKDIR /var/lib/rubric-monitor
-EXPOSE 9464
+# 9464: /metrics and the probes; 4318: the OTLP/HTTP receiver (source.kind: otlp_receiver)
+EXPOSE 9464 4318
 USER 10001:10001
 ENTRYPOINT ["rubric-monitor", "run"]
 

@@ -54,6 +54,7 @@ from monitor.writeback import WriteBack, build_exporter
 
 if TYPE_CHECKING:
     from monitor.alerts.service import AlertService
+    from monitor.sources.otlp_receiver import OtlpReceiverSource
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -206,6 +207,8 @@ class Monitor:
     """Said once, after the first cycle that recorded a verdict: where to look at what the daemon did."""
     single_replica: SingleReplicaLock | None = None
     writeback: WriteBack | None = None
+    receiver: OtlpReceiverSource | None = None
+    """The OTLP/HTTP listener (``source.kind: otlp_receiver``), started and stopped by the daemon."""
 
     def steps(self) -> list[Step]:
         """The steps after the scoring stages, in the order ``monitor.pipeline.steps`` gives."""
@@ -333,8 +336,16 @@ def build_monitor(settings: Settings, registry: CollectorRegistry | None = None)
     exporter = build_exporter(settings.writeback)
     writeback = None if exporter is None else WriteBack(store, exporter, settings.writeback.kind, metrics.runtime,
                                                         settings.writeback.batch)
+    receiver = None
+    if settings.source.kind == "otlp_receiver":
+        from monitor.sources.otlp_receiver import OtlpReceiverSource
+
+        assert isinstance(source, OtlpReceiverSource)
+        receiver = source
+        # Spans are committed as requests arrive, by the receiver's own thread, into the daemon's store.
+        receiver.attach(store, settings.conversation.late_turns)
     monitor = Monitor(settings, registry, metrics, pipeline, health, store, alerts=alerts, canaries=canaries,
-                      single_replica=single, writeback=writeback)
+                      single_replica=single, writeback=writeback, receiver=receiver)
     # The windows and the counters' label sets from the rollups, before the first scrape.
     monitor.refresh_metrics()
     return monitor

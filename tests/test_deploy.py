@@ -28,9 +28,10 @@ RENDERED = {
     "base": DEPLOY / "base",
     "dev": DEPLOY / "overlays" / "dev",
     "azure": DEPLOY / "overlays" / "azure",
+    "receiver": DEPLOY / "overlays" / "receiver",
     "monitoring": DEPLOY / "monitoring",
 }
-OVERLAYS = ("base", "dev", "azure")
+OVERLAYS = ("base", "dev", "azure", "receiver")
 # The oldest Kubernetes the manifests support (PodDisruptionBudget.unhealthyPodEvictionPolicy is GA in 1.31) and
 # the newest the validator knows.
 KUBERNETES_VERSIONS = ("1.31.0", kubernetes_validate.latest_version())
@@ -127,6 +128,7 @@ def test_the_objects_each_overlay_renders() -> None:
             "Service/rubric-monitor", "ServiceAccount/rubric-monitor"]
     assert kinds["base"] == base
     assert kinds["azure"] == base
+    assert kinds["receiver"] == base
     assert kinds["dev"] == sorted([*base, "ConfigMap/rubric-monitor-traces"])
     assert kinds["monitoring"] == ["ConfigMap/rubric-monitor-dashboards", "PrometheusRule/rubric-monitor",
                                    "ServiceMonitor/rubric-monitor"]
@@ -185,6 +187,42 @@ def test_network_policy_allows_only_what_the_daemon_talks_to() -> None:
     assert ingress["ports"] == [{"port": "http-metrics", "protocol": "TCP"}]
 
 
+def test_receiver_overlay_exposes_the_otlp_port_to_its_namespace_and_labelled_ones_only() -> None:
+    objects = render("receiver")
+    settings = settings_of(objects)
+    assert settings["source"]["kind"] == "otlp_receiver" and settings["source"]["host"] == "0.0.0.0"
+    # Acknowledged spans must outlive the pod: PostgreSQL, not SQLite on an emptyDir.
+    assert "url_file" in settings["store"]
+    service = one(objects, "Service")
+    assert {p["name"]: p["port"] for p in service["spec"]["ports"]} == {"http-metrics": 9464, "otlp-http": 4318}
+    policy = one(objects, "NetworkPolicy")
+    metrics_rule, otlp_rule = policy["spec"]["ingress"]
+    assert metrics_rule == one(render("base"), "NetworkPolicy")["spec"]["ingress"][0]
+    assert otlp_rule["ports"] == [{"port": "otlp-http", "protocol": "TCP"}]
+    # Pods of this namespace (an empty podSelector without a namespaceSelector), or of labelled namespaces.
+    assert otlp_rule["from"] == [{"podSelector": {}},
+                                 {"namespaceSelector": {"matchLabels": {"rubric-monitor/send-traces": "true"}}}]
+
+
+def test_collector_example_fans_out_to_app_insights_and_the_monitor_with_a_queue_and_retries() -> None:
+    config = yaml.safe_load((DEPLOY / "collector" / "collector.yaml").read_text(encoding="utf-8"))
+    exporters = config["exporters"]
+    monitor = exporters["otlphttp/rubric-monitor"]
+    service = one(render("receiver"), "Service")
+    port = next(p["port"] for p in service["spec"]["ports"] if p["name"] == "otlp-http")
+    assert monitor["endpoint"] == f"http://{service['metadata']['name']}.{service['metadata']['namespace']}" \
+                                  f".svc.cluster.local:{port}"
+    assert monitor["headers"]["Authorization"].startswith("Bearer ${env:")
+    assert monitor["sending_queue"]["enabled"] is True and monitor["retry_on_failure"]["enabled"] is True
+    assert "connection_string" in exporters["azuremonitor"]
+    for signal in ("traces", "logs"):
+        pipeline = config["service"]["pipelines"][signal]
+        assert set(pipeline["exporters"]) == {"azuremonitor", "otlphttp/rubric-monitor"}
+        assert set(pipeline["receivers"]) <= set(config["receivers"])
+        assert set(pipeline.get("processors", [])) <= set(config.get("processors", {}))
+    assert set(config["service"].get("extensions", [])) <= set(config.get("extensions", {}))
+
+
 def test_azure_overlay_uses_workload_identity_and_a_secret_store_url() -> None:
     objects = render("azure")
     account = one(objects, "ServiceAccount")
@@ -234,13 +272,17 @@ def test_settings_name_the_paths_the_deployment_mounts(name: str) -> None:
     container = one(objects, "Deployment")["spec"]["template"]["spec"]["containers"][0]
     assert container["args"] == ["--config", str(mounts["config"] / "rubric-monitor.yaml")]
     assert PurePosixPath(settings["rubrics"]["directory"]) == mounts["rubrics"]
-    assert settings["metrics"] == {"host": "0.0.0.0", "port": container["ports"][0]["containerPort"]}
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert settings["metrics"] == {"host": "0.0.0.0", "port": ports["http-metrics"]}
     if settings["source"]["kind"] == "otlp_file":
         source = PurePosixPath(settings["source"]["path"])
         assert any(source == m or m in source.parents for m in mounts.values())
     for key in ("api_key_file",):
         if key in settings["judge"]:
             assert PurePosixPath(settings["judge"][key]).parent == mounts["secrets"] == MOUNTED_SECRETS
+    if settings["source"]["kind"] == "otlp_receiver":
+        assert PurePosixPath(settings["source"]["token_file"]).parent == mounts["secrets"]
+        assert ports["otlp-http"] == settings["source"]["port"]
     store = settings["store"]
     if "url_file" in store:
         assert PurePosixPath(store["url_file"]).parent == mounts["secrets"]
@@ -281,7 +323,8 @@ def test_settings_configmap_passes_rubric_monitor_check(name: str, tmp_path: Pat
             pytest.fail("CI must provide RUBRIC_MONITOR_TEST_POSTGRES_URL")
         pytest.skip("the store URL Secret needs a PostgreSQL (set RUBRIC_MONITOR_TEST_POSTGRES_URL)")
     root = tmp_path / "pod"
-    laid = pod_volumes(objects, root, {"judge-api-key": "test-key", "store-url": postgres or ""})
+    laid = pod_volumes(objects, root, {"judge-api-key": "test-key", "store-url": postgres or "",
+                                       "otlp-token": "test-token"})
     # One pass, longest mount path first, whole path components only (``/tmp`` must not match ``/tmpfoo``).
     pattern = "|".join(re.escape(m) for m in sorted(laid, key=len, reverse=True))
     text = re.sub(f"({pattern})(?=/|\\s|$)", lambda match: str(laid[match.group(1)]), text, flags=re.M)

@@ -55,7 +55,10 @@ def cmd_check(args: argparse.Namespace) -> int:
         if warning := embedded_judge_warning(settings):
             print(f"warning: {warning}")
         if args.explain:
-            if settings.source.kind != "app_insights":
+            if settings.source.kind == "otlp_receiver":
+                print(f"source otlp_receiver listens on http://{settings.source.host}:{settings.source.port} "
+                      "(POST /v1/traces, /v1/logs; no query to explain)")
+            elif settings.source.kind == "otlp_file":
                 print(f"source otlp_file reads {settings.source.path} (no query to explain)")
             else:
                 from monitor.sources.kql import explain

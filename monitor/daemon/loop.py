@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import threading
@@ -9,9 +10,10 @@ import threading
 from monitor.app import Monitor, build_monitor
 from monitor.daemon import shutdown
 from monitor.daemon.http import MonitorHTTPServer, listen_error
+from monitor.errors import ConfigError
 from monitor.metrics.exposition import Exposition
 from monitor.models import utc_now
-from monitor.settings import Settings
+from monitor.settings import OtlpReceiverSourceSettings, Settings
 
 log = logging.getLogger("monitor.daemon")  # the name the start-up and stop lines carry
 
@@ -33,8 +35,17 @@ def readiness_problem(monitor: Monitor) -> str | None:
         monitor.store.ping()
     except Exception as exc:
         return f"store: {exc}"
+    if monitor.receiver is not None and (listener := monitor.receiver.problem()):
+        return f"source {monitor.receiver.name}: {listener}"
     source = monitor.pipeline.source_problem
     return None if source is None else f"source {monitor.pipeline.source.name}: {source}"
+
+
+def receiver_listen_error(settings: OtlpReceiverSourceSettings, exc: OSError) -> ConfigError:
+    if exc.errno == errno.EADDRINUSE:
+        return ConfigError("settings", "source.port", f"{settings.host}:{settings.port} is already in use")
+    return ConfigError("settings", "source.host", f"cannot listen on {settings.host}:{settings.port}: "
+                                                   f"{exc.strerror or exc}")
 
 
 def run_daemon(settings: Settings, once: bool = False, results_command: str = "rubric-monitor results") -> int:
@@ -62,6 +73,14 @@ def run_daemon(settings: Settings, once: bool = False, results_command: str = "r
     server.start()
     host, port = server.address
     log.info("metrics on http://%s:%d/metrics", host, port)
+    if monitor.receiver is not None:
+        try:
+            receiver_host, receiver_port = monitor.receiver.start()
+        except OSError as exc:
+            server.close()
+            monitor.close()
+            raise receiver_listen_error(monitor.receiver.settings, exc) from None
+        log.info("OTLP/HTTP receiver on http://%s:%d (POST /v1/traces, /v1/logs)", receiver_host, receiver_port)
     monitor.next_steps = (f"next: the metrics are at http://{host}:{port}/metrics; list the verdicts with "
                           f"`{results_command}`, one in full with `{results_command} show CONVERSATION`")
     try:

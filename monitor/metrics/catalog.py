@@ -17,6 +17,7 @@ from prometheus_client.metrics import MetricWrapperBase
 
 from monitor import __version__
 from monitor.metrics.quality import QUALITY_FAMILIES, FamilySpec, QualityMetrics
+from monitor.metrics.receiver import ReceiverMetrics
 from monitor.metrics.rollups import Window
 from monitor.metrics.runtime import RuntimeMetrics
 from monitor.models import EvaluationResult
@@ -209,6 +210,7 @@ class MonitorMetrics:
             self.cycles.labels(result)
         self.backlog = BacklogMetrics(registry)  # the backlog of ready conversations (issue 8, item 11)
         self.judge_trust = JudgeTrustMetrics(registry)  # drift canaries (monitor.canary)
+        self.receiver = ReceiverMetrics(registry)  # the OTLP/HTTP receiver (source.kind: otlp_receiver)
 
     def judge_configured(self, kind: str, model: str, prompt_version: str) -> None:
         """Publish ``judge_info`` and pre-create the judge's counters at zero, so ratios work from the start."""

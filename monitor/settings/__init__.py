@@ -17,6 +17,7 @@ from monitor.settings.schema import (
     MetricsSettings,
     NotifierSettings,
     OtlpFileSourceSettings,
+    OtlpReceiverSourceSettings,
     PriceSettings,
     ReplicaSettings,
     RetentionSettings,
@@ -34,8 +35,8 @@ from monitor.settings.schema import (
 __all__ = [
     "ENV_PREFIX", "MAX_SECONDS", "AlertSettings", "AppInsightsCredentialSettings", "AppInsightsSourceSettings",
     "CanarySettings", "ConversationSettings", "JudgeSettings", "LocalJudgeSettings", "MediaSettings",
-    "MetricsSettings",
-    "NotifierSettings", "OtlpFileSourceSettings", "PriceSettings", "ReplicaSettings", "RetentionSettings",
+    "MetricsSettings", "NotifierSettings", "OtlpFileSourceSettings", "OtlpReceiverSourceSettings", "PriceSettings",
+    "ReplicaSettings", "RetentionSettings",
     "RubricSettings", "SamplingSettings", "Settings", "SilenceSettings", "SourceSettings", "StoreSettings",
     "WritebackSettings", "check_one_line", "load_settings", "read_secret",
 ]

@@ -58,7 +58,8 @@ def check_one_line(secret: str, where: str, field: str) -> None:
 
 class OtlpFileSourceSettings(_Section):
     kind: Literal["otlp_file"] = "otlp_file"
-    """``otlp_file``: OTLP JSON lines files; ``app_insights``: Azure Application Insights / Log Analytics."""
+    """``otlp_file``: OTLP JSON lines files; ``app_insights``: Azure Application Insights / Log Analytics;
+    ``otlp_receiver``: an OTLP/HTTP endpoint."""
     path: Path = Path("examples/traces")
     """A file, or a directory whose ``*.jsonl`` / ``*.json`` files are read in name order (OTLP JSON lines)."""
 
@@ -75,7 +76,8 @@ class AppInsightsCredentialSettings(_Section):
 
 class AppInsightsSourceSettings(_Section):
     kind: Literal["app_insights"] = "app_insights"
-    """``otlp_file``: OTLP JSON lines files; ``app_insights``: Azure Application Insights / Log Analytics."""
+    """``otlp_file``: OTLP JSON lines files; ``app_insights``: Azure Application Insights / Log Analytics;
+    ``otlp_receiver``: an OTLP/HTTP endpoint."""
     workspace_id: str | None = None
     """Log Analytics workspace id (workspace tables ``AppDependencies``, ``AppRequests``, ``AppTraces``)."""
     resource_id: str | None = None
@@ -111,7 +113,50 @@ class AppInsightsSourceSettings(_Section):
     """Longest wait between two retries of a query."""
 
 
-SourceSettings = Annotated[OtlpFileSourceSettings | AppInsightsSourceSettings, Field(discriminator="kind")]
+LOOPBACK_HOSTS = ("127.0.0.1", "::1", "localhost")
+"""Hosts only this machine (this pod) reaches: a receiver on one may run without a token."""
+
+
+class OtlpReceiverSourceSettings(_Section):
+    kind: Literal["otlp_receiver"] = "otlp_receiver"
+    """``otlp_receiver``: an OTLP/HTTP endpoint (``POST /v1/traces``, ``POST /v1/logs``) applications and Collectors
+    export to; a request is answered 200 only once its spans are committed to the store."""
+    host: str = "127.0.0.1"
+    """Address the receiver listens on; ``0.0.0.0`` in a pod (then ``token_file`` is required)."""
+    port: int = Field(default=4318, ge=0, le=65535)
+    """Port of the receiver (4318 is the OTLP/HTTP default; 0 picks a free one)."""
+    token_file: Path | None = None
+    """File holding the bearer token clients send (``Authorization: Bearer <token>``, e.g. through
+    ``OTEL_EXPORTER_OTLP_HEADERS``); required when ``host`` is not a loopback address."""
+    max_request_bytes: int = Field(default=8 * 1024 * 1024, ge=1024, le=1024 * 1024 * 1024)
+    """Largest request body, compressed and uncompressed; a larger one is answered 413."""
+    max_pending_spans: int = Field(default=50_000, ge=1, le=10_000_000)
+    """Spans received and not yet committed, at most; past it requests are answered 429 with Retry-After."""
+    commit_batch_spans: int = Field(default=5_000, ge=1, le=1_000_000)
+    """Spans of several requests committed in one transaction, at most (fewer round trips under load)."""
+    commit_timeout_seconds: float = Field(default=10.0, gt=0, le=3600)
+    """A request whose spans are not committed within this long is answered 503 with Retry-After (the store is
+    behind); the client sends it again and the store keeps each span once."""
+    retry_after_seconds: int = Field(default=2, ge=1, le=3600)
+    """The ``Retry-After`` of 429 and 503 answers."""
+    max_connections: int = Field(default=32, ge=1, le=10_000)
+    """Requests served at once; a connection beyond them is answered 503 at once."""
+    read_timeout_seconds: float = Field(default=30.0, gt=0, le=3600)
+    """A client that sends nothing for this long (headers or body) is disconnected."""
+    agents: tuple[str, ...] = ()
+    """Only traces of these agents (``gen_ai.agent.name`` or ``gen_ai.agent.id``); a trace whose spans in a request
+    name only other agents is dropped (counted as filtered). Spans naming no agent are kept. Empty: every agent."""
+
+    @model_validator(mode="after")
+    def _token_off_loopback(self) -> OtlpReceiverSourceSettings:
+        if self.token_file is None and self.host not in LOOPBACK_HOSTS:
+            raise ValueError(f"source.token_file is required when source.host is {self.host!r} (not a loopback "
+                             "address): anyone who reaches the port could write traces")
+        return self
+
+
+SourceSettings = Annotated[OtlpFileSourceSettings | AppInsightsSourceSettings | OtlpReceiverSourceSettings,
+                           Field(discriminator="kind")]
 
 
 class ConversationSettings(_Section):

@@ -1,6 +1,7 @@
 """① Trace sources. In: a checkpoint and the current time. Out: batches of ``SpanRecord`` with the next checkpoint
-and the spans rejected, by reason. ``TraceSource`` is the contract; ``OtlpFileSource`` and ``AppInsightsSource``
-implement it and ``InMemorySource`` is their twin for tests. ``build_source`` picks one from settings."""
+and the spans rejected, by reason. ``TraceSource`` is the contract; ``OtlpFileSource``, ``AppInsightsSource`` and
+``OtlpReceiverSource`` (an OTLP/HTTP endpoint that stores spans as they arrive) implement it and
+``InMemorySource`` is their twin for tests. ``build_source`` picks one from settings."""
 
 from __future__ import annotations
 
@@ -31,6 +32,10 @@ def build_source(settings: SourceSettings, metrics: MonitorMetrics) -> TraceSour
     """The source ``settings.kind`` names; each is imported only when chosen (App Insights brings the Azure SDK)."""
     if settings.kind == "otlp_file":
         return OtlpFileSource(settings.path)
+    if settings.kind == "otlp_receiver":
+        from monitor.sources.otlp_receiver import OtlpReceiverSource
+
+        return OtlpReceiverSource(settings, metrics)
     from monitor.sources.app_insights import AppInsightsSource
 
     return AppInsightsSource(settings, metrics)
