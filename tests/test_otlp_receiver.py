@@ -498,7 +498,8 @@ def test_json_log_records_as_the_specification_writes_them(tmp_path: Path) -> No
         {"timeUnixNano": "1777777777000000000", "traceId": f"{9:032x}", "spanId": f"{3:016x}",
          "eventName": "gen_ai.user.message", "body": {"kvlistValue": {"values": [
              {"key": "content", "value": {"stringValue": "Two at eight?"}}]}}},
-        {"timeUnixNano": "1777777777000000000", "traceId": "not hex", "spanId": f"{3:016x}"},
+        {"timeUnixNano": "1777777777000000000", "traceId": "not hex", "spanId": f"{3:016x}",
+         "eventName": "gen_ai.choice"},
     ]}]}]}
     with running(tmp_path) as target:
         status, _, answer = target.post("/v1/logs", json.dumps(body).encode(), "application/json")

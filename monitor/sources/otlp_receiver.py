@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 from monitor.errors import ConfigError, StoreError
 from monitor.formats.json_text import MAX_NESTING
 from monitor.formats.otlp import (
+    SCOPE_NAME,
     OtlpFormatError,
     parse_otlp_document,
     parse_unix_nanos,
@@ -183,9 +184,11 @@ def read_spans_protobuf(body: bytes) -> Received:
             received.rejected[exc.reason] += 1
             resource = {}
         for scope in resource_spans.scope_spans:
+            # As the JSON reader names it: the instrumentation scope tells which convention the spans follow.
+            scope_name = scope.scope.name if scope.scope.name != SCOPE_NAME else ""
             for span in scope.spans:
                 try:
-                    received.records.append(_pb_span(span, resource, received.rejected))
+                    received.records.append(_pb_span(span, resource, scope_name, received.rejected))
                 except OtlpFormatError as exc:
                     received.rejected[exc.reason] += 1
                 except (TypeError, ValueError, OverflowError, RecursionError):
@@ -207,7 +210,7 @@ def _pb_id(value: bytes, size: int, field: str) -> str:
     return value.hex()
 
 
-def _pb_span(span: Any, resource: dict[str, Any], rejected: Counter[str]) -> SpanRecord:
+def _pb_span(span: Any, resource: dict[str, Any], scope_name: str, rejected: Counter[str]) -> SpanRecord:
     from monitor.models import SpanEvent
 
     trace_id = _pb_id(span.trace_id, 16, "traceId")
@@ -226,7 +229,7 @@ def _pb_span(span: Any, resource: dict[str, Any], rejected: Counter[str]) -> Spa
     return SpanRecord(trace_id=trace_id, span_id=span_id, parent_span_id=parent, name=span.name,
                       kind=_PB_KINDS.get(span.kind, "internal"), start_time=start, end_time=end,
                       attributes=_pb_attributes(span.attributes, 0), events=tuple(events), resource=resource,
-                      status=_PB_STATUS.get(span.status.code, "unset"))
+                      status=_PB_STATUS.get(span.status.code, "unset"), scope=scope_name)
 
 
 def _pb_attributes(attributes: Any, depth: int) -> dict[str, Any]:
