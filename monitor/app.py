@@ -54,6 +54,7 @@ from monitor.writeback import WriteBack, build_exporter
 
 if TYPE_CHECKING:
     from monitor.alerts.service import AlertService
+    from monitor.review.step import ReviewStep
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -205,6 +206,9 @@ class Monitor:
     """Said once, after the first cycle that recorded a verdict: where to look at what the daemon did."""
     single_replica: SingleReplicaLock | None = None
     writeback: WriteBack | None = None
+    review: ReviewStep | None = None
+    """The review queue and agreement (``review.enabled``); ``monitor.daemon.loop`` serves its page."""
+    review_token: str | None = None
 
     def steps(self) -> list[Step]:
         """The steps after the scoring stages, in the order ``monitor.pipeline.steps`` gives."""
@@ -214,6 +218,8 @@ class Monitor:
         steps.append(GaugesStep(self.metrics.quality, self.store))
         if self.writeback is not None:
             steps.append(WriteBackStep(self.writeback))
+        if self.review is not None:
+            steps.append(self.review)
         steps.append(HealthStep(self.metrics, self.health))
         if self.alerts is not None:
             steps.append(AlertsStep(self.alerts))
@@ -333,9 +339,36 @@ def build_monitor(settings: Settings, registry: CollectorRegistry | None = None)
                                                         settings.writeback.batch)
     monitor = Monitor(settings, registry, metrics, pipeline, health, store, alerts=alerts, canaries=canaries,
                       single_replica=single, writeback=writeback)
+    if settings.review.enabled:
+        monitor.review, monitor.review_token = build_review(settings, store, metrics)
     # The windows and the counters' label sets from the rollups, before the first scrape.
     monitor.refresh_metrics()
     return monitor
+
+
+def build_review(settings: Settings, store: SqlStore, metrics: MonitorMetrics) -> tuple[ReviewStep, str | None]:
+    """The review step (queue and agreement) and the review page's token (``ConfigError`` when the page would be
+    open off loopback)."""
+    from monitor.review.queue import Quotas
+    from monitor.review.step import ReviewStep
+    from monitor.review.store import ReviewStore
+    from monitor.review.web import check_review_settings
+
+    review = settings.review
+    token = check_review_settings(review)
+    quotas = Quotas(review.uniform_share, review.uniform_per_day, review.failing_per_day, review.borderline_per_day,
+                    review.borderline_margin, review.flagged_per_day)
+    step = ReviewStep(ReviewStore(store), quotas, metrics.judge_agreement)
+    step.refresh()
+    return step, token
+
+
+def review_url(settings: Settings) -> str:
+    """Where reviewers reach the review page (``review.external_url``, else its listener)."""
+    if settings.review.external_url:
+        return settings.review.external_url.rstrip("/")
+    host = "localhost" if settings.review.host in ("0.0.0.0", "::") else settings.review.host
+    return f"http://[{host}]:{settings.review.port}" if ":" in host else f"http://{host}:{settings.review.port}"
 
 
 def build_alerts(settings: Settings, store: SqlStore, registry: CollectorRegistry, judge: Judge | None = None,
@@ -344,6 +377,10 @@ def build_alerts(settings: Settings, store: SqlStore, registry: CollectorRegistr
     from monitor.alerts.service import AlertService, check_settings
 
     alert_settings = settings.alerts
+    if settings.review.enabled and alert_settings.example_link_template is None:
+        # Examples open on the review page unless the settings point elsewhere.
+        alert_settings = alert_settings.model_copy(update={
+            "example_link_template": review_url(settings) + "/conversations/{conversation_id_url}"})
     notifiers = check_settings(alert_settings, settings.interval_seconds)
 
     def reasons() -> set[str]:

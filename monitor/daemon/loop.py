@@ -5,13 +5,18 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from typing import TYPE_CHECKING
 
 from monitor.app import Monitor, build_monitor
 from monitor.daemon import shutdown
 from monitor.daemon.http import MonitorHTTPServer, listen_error
+from monitor.errors import ConfigError
 from monitor.metrics.exposition import Exposition
 from monitor.models import utc_now
 from monitor.settings import Settings
+
+if TYPE_CHECKING:
+    from monitor.review.web import ReviewServer
 
 log = logging.getLogger(__name__)
 
@@ -62,15 +67,39 @@ def run_daemon(settings: Settings, once: bool = False, results_command: str = "r
     server.start()
     host, port = server.address
     log.info("metrics on http://%s:%d/metrics", host, port)
+    review_server = None
     monitor.next_steps = (f"next: the metrics are at http://{host}:{port}/metrics; list the verdicts with "
                           f"`{results_command}`, one in full with `{results_command} show CONVERSATION`")
     try:
+        review_server = start_review(monitor)
         if once:
             return 0 if monitor.run_cycle().ok else 1
         return _serve(monitor, settings.interval_seconds, settings.shutdown_grace_seconds)
     finally:
+        if review_server is not None:
+            review_server.close()
         server.close()
         monitor.close()
+
+
+def start_review(monitor: Monitor) -> ReviewServer | None:
+    """The review page on its own listener (``review.enabled``)."""
+    if monitor.review is None:
+        return None
+    from monitor.review.web import Auth, ReviewApp, ReviewServer
+
+    review = monitor.settings.review
+    app = ReviewApp(monitor.review.store, review,
+                    Auth(monitor.review_token, review.trusted_proxy_header, review.trusted_proxy_addresses),
+                    on_label=monitor.review.refresh)
+    try:
+        server = ReviewServer(app)
+    except OSError as exc:
+        raise ConfigError("settings", "review.port", f"cannot listen on {review.host}:{review.port}: "
+                                                      f"{exc.strerror or exc}") from None
+    server.start()
+    log.info("review page on %s/queue", server.url)
+    return server
 
 
 def _serve(monitor: Monitor, interval: float, grace: float) -> int:

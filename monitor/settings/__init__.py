@@ -19,6 +19,7 @@ from monitor.settings.schema import (
     PriceSettings,
     ReplicaSettings,
     RetentionSettings,
+    ReviewSettings,
     RubricSettings,
     SamplingSettings,
     Settings,
@@ -34,6 +35,6 @@ __all__ = [
     "ENV_PREFIX", "MAX_SECONDS", "AlertSettings", "AppInsightsCredentialSettings", "AppInsightsSourceSettings",
     "CanarySettings", "ConversationSettings", "JudgeSettings", "LocalJudgeSettings", "MetricsSettings",
     "NotifierSettings", "OtlpFileSourceSettings", "PriceSettings", "ReplicaSettings", "RetentionSettings",
-    "RubricSettings", "SamplingSettings", "Settings", "SilenceSettings", "SourceSettings", "StoreSettings",
-    "WritebackSettings", "check_one_line", "load_settings", "read_secret",
+    "ReviewSettings", "RubricSettings", "SamplingSettings", "Settings", "SilenceSettings", "SourceSettings",
+    "StoreSettings", "WritebackSettings", "check_one_line", "load_settings", "read_secret",
 ]
