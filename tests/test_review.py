@@ -348,3 +348,47 @@ def test_the_daemon_serves_the_review_page_and_links_alert_examples_to_it(tmp_pa
     finally:
         alerts.close(drain_seconds=0)
         store.close()
+
+
+def test_the_page_keeps_a_conversation_once_its_spans_are_pruned(tmp_path: Path) -> None:
+    from sqlalchemy import delete, update
+
+    from monitor.store.tables import conversations_table, spans_table
+
+    store = SqlStore("sqlite://")
+    add_conversation(store, "kept", chat(2, text="remember me"))
+    store.record(verdict("kept"))
+    review = ReviewStore(store)
+    assert review.fill_queue(Quotas(uniform_share=1.0)) == {"uniform": 1}  # queued: assembled and kept now
+    with store.transaction() as conn:
+        conn.execute(delete(spans_table))
+        conn.execute(update(conversations_table).values(status="pruned"))
+    found = review.conversation("kept")
+    assert found is not None and "remember me 1" in found.messages[-2].text
+    assert review.conversation("never-stored") is None
+    store.close()
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_queue_labels_and_agreement_on_both_backends(backend: str, tmp_path: Path) -> None:
+    from tests.helpers import store_test_url
+
+    store = SqlStore(store_test_url(backend, tmp_path))
+    try:
+        add_conversation(store, "support-00000", chat(1))
+        record_many(store, 13)  # the first 10 uniform; of the rest, support-00012 fails
+        review = ReviewStore(store)
+        assert review.fill_queue(Quotas(uniform_share=1.0, uniform_per_day=10)) == {"uniform": 10, "failing": 1}
+        assert ReviewStore(store).fill_queue(Quotas(uniform_share=1.0)) == {}
+        rows = review.queue_page(Filters(reason="uniform")).rows
+        for row in rows:
+            review.save_label(StoredLabel(row.conversation_id, "support", "ann", row.outcome == "pass",
+                                          {"helpfulness": 3}, result_id=row.result_id))
+        review.save_label(StoredLabel(rows[0].conversation_id, "support", "ann", rows[0].outcome != "pass",
+                                      result_id=rows[0].result_id))  # replaced, not added
+        assert len(review.labels()) == 10
+        report = agreement(review.labelled_verdicts(uniform_only=True))["support"]
+        assert report.measures[("", "pass_fail")].value == pytest.approx(9 / 10)
+        assert review.conversation("support-00000") is not None
+    finally:
+        store.close()

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Connection, Select, and_, delete, exists, func, insert, or_, select, update
+from sqlalchemy import Connection, Select, Table, and_, delete, exists, func, insert, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from monitor.assemble import assemble
@@ -23,7 +23,9 @@ from monitor.review.queue import REASONS, Candidate, Quotas, Reason, pick
 from monitor.store.sql import SqlStore
 from monitor.store.tables import (
     checkpoints_table,
+    conversations_table,
     results_table,
+    review_conversations_table,
     review_labels_table,
     review_queue_table,
     shadow_results_table,
@@ -117,6 +119,7 @@ class ReviewStore:
         those each rubric's daily quotas take; returns how many were queued per reason."""
         r, q = results_table.c, review_queue_table.c
         queued: dict[str, int] = {}
+        picked: list[str] = []
         with self.store.transaction() as conn:
             through = int(conn.execute(select(checkpoints_table.c.checkpoint)
                                        .where(checkpoints_table.c.source == WATERMARK)).scalar_one_or_none() or 0)
@@ -147,15 +150,20 @@ class ReviewStore:
                           "reason": reason, "evaluated_ts": row.evaluated_ts}
                 conn.execute(self._insert_ignoring_duplicates(conn, values))
                 queued[reason] = queued.get(reason, 0) + 1
+                picked.append(str(row.conversation_id))
             self._save_watermark(conn, int(last))
+        for conversation_id in picked:
+            # Assembled now, off the request path, so the reviewer's first view is as fast as the next.
+            self.conversation(conversation_id)
         return queued
 
     @staticmethod
-    def _insert_ignoring_duplicates(conn: Connection, values: dict[str, Any]) -> Any:
-        # Another replica may have queued the same verdict first: the row is the same, so nothing is lost.
+    def _insert_ignoring_duplicates(conn: Connection, values: dict[str, Any], table: Table = review_queue_table
+                                    ) -> Any:
+        # Another replica may have written the same row first: it is the same row, so nothing is lost.
         if conn.dialect.name == "postgresql":
-            return postgresql.insert(review_queue_table).values(**values).on_conflict_do_nothing()
-        return sqlite.insert(review_queue_table).values(**values).on_conflict_do_nothing()
+            return postgresql.insert(table).values(**values).on_conflict_do_nothing()
+        return sqlite.insert(table).values(**values).on_conflict_do_nothing()
 
     @staticmethod
     def _save_watermark(conn: Connection, through: int) -> None:
@@ -262,12 +270,31 @@ class ReviewStore:
         return [(int(i), EvaluationResult.model_validate_json(p)) for i, p in rows]
 
     def conversation(self, conversation_id: str) -> Conversation | None:
-        """The conversation assembled again from its stored spans; None once they were pruned."""
+        """The conversation as assembled from its spans: the review page's copy while it is current (or the spans
+        are gone), else assembled again and kept; None when neither exists."""
+        c, v = conversations_table.c, review_conversations_table.c
+        with self.store.transaction() as conn:
+            known = conn.execute(select(c.span_count, c.status).where(c.key == conversation_id)).one_or_none()
+            kept = conn.execute(select(v.span_count, v.payload)
+                                .where(v.conversation_id == conversation_id)).one_or_none()
+        if kept is not None and (known is None or known.status == "pruned" or known.span_count == kept.span_count):
+            return Conversation.model_validate_json(kept.payload)
         spans = self.store.spans_of(conversation_id)
-        if not spans:
-            return None
-        found = [c for c in assemble(spans).conversations if c.id == conversation_id]
-        return found[0] if found else None
+        found = [x for x in assemble(spans).conversations if x.id == conversation_id] if spans else []
+        if not found:
+            return None if kept is None else Conversation.model_validate_json(kept.payload)
+        self._keep(conversation_id, len(spans) if known is None else int(known.span_count), found[0])
+        return found[0]
+
+    def _keep(self, conversation_id: str, span_count: int, conversation: Conversation) -> None:
+        v = review_conversations_table.c
+        values = {"span_count": span_count, "payload": conversation.model_dump_json(),
+                  "stored_ts": datetime.now(UTC).timestamp()}
+        with self.store.transaction() as conn:
+            if conn.execute(update(review_conversations_table).where(v.conversation_id == conversation_id)
+                            .values(**values)).rowcount == 0:
+                conn.execute(self._insert_ignoring_duplicates(
+                    conn, {"conversation_id": conversation_id, **values}, review_conversations_table))
 
     # labels ----------------------------------------------------------------------------------------------------
 

@@ -32,6 +32,7 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from monitor.errors import ConfigError
+from monitor.models import EvaluationResult
 from monitor.review import pages
 from monitor.review.agreement import agreement
 from monitor.review.store import Filters, ReviewStore, StoredLabel
@@ -160,6 +161,29 @@ def _filters(query: dict[str, list[str]]) -> Filters:
                    outcome=one("outcome"), since=day("since"), until=day("until"))
 
 
+def list_html(app: ReviewApp, path: str, query: dict[str, list[str]], reviewer: str, csrf: str) -> str:
+    """The queue (``/queue``) or the results list (``/results``), one page of it."""
+    filters = _filters(query)
+    after = query.get("after", [None])[0]
+    rubrics, agents = app.store.rubrics_and_agents()
+    if path == "/queue":
+        page = app.store.queue_page(filters, after)
+        following = app.store.next_unlabelled(reviewer, filters)
+        start = None if following is None else pages.link(pages.result_path(following), **pages.filter_query(filters))
+        return pages.list_page("Review queue", "/queue", page, filters, rubrics, agents, True, reviewer, csrf, start)
+    page = app.store.results_page(filters, after)
+    return pages.list_page("Results", "/results", page, filters, rubrics, agents, False, reviewer, csrf, None)
+
+
+def review_html(app: ReviewApp, result_id: int, result: EvaluationResult, reason: str | None,
+                query: dict[str, list[str]], reviewer: str, csrf: str) -> str:
+    """One verdict's page: the conversation, the judge's scores and reasons, the label form."""
+    return pages.review_page(
+        result_id, result, reason, app.store.conversation(result.conversation_id),
+        app.store.current_results(result.conversation_id), app.store.labels(result_id=result_id), reviewer, csrf,
+        pages.filter_query(_filters(query)), app.settings.max_page_bytes, saved="saved" in query)
+
+
 def make_handler(app: ReviewApp) -> type[BaseHTTPRequestHandler]:
     """The handler class serving ``app`` (a socket timeout of ``review.request_timeout_seconds``)."""
     return type("Handler", (ReviewHandler,), {"app": app, "timeout": app.settings.request_timeout_seconds})
@@ -246,20 +270,7 @@ class ReviewHandler(BaseHTTPRequestHandler):
             self._error(404, "No such page.")
 
     def _list(self, path: str, query: dict[str, list[str]], reviewer: str, csrf: str) -> None:
-        filters = _filters(query)
-        after = query.get("after", [None])[0]
-        rubrics, agents = self.app.store.rubrics_and_agents()
-        if path == "/queue":
-            page = self.app.store.queue_page(filters, after)
-            following = self.app.store.next_unlabelled(reviewer, filters)
-            start = None if following is None else pages.link(pages.result_path(following),
-                                                              **pages.filter_query(filters))
-            self._html(200, pages.list_page("Review queue", "/queue", page, filters, rubrics, agents, True,
-                                            reviewer, csrf, start))
-        else:
-            page = self.app.store.results_page(filters, after)
-            self._html(200, pages.list_page("Results", "/results", page, filters, rubrics, agents, False,
-                                            reviewer, csrf, None))
+        self._html(200, list_html(self.app, path, query, reviewer, csrf))
 
     def _conversation(self, conversation_id: str) -> None:
         found = self.app.store.current_results(conversation_id)
@@ -286,11 +297,7 @@ class ReviewHandler(BaseHTTPRequestHandler):
         if tail:
             self._error(404, "No such page.")
             return
-        back = pages.filter_query(_filters(query))
-        self._html(200, pages.review_page(
-            int(identifier), result, reason, self.app.store.conversation(result.conversation_id),
-            self.app.store.current_results(result.conversation_id), self.app.store.labels(result_id=int(identifier)),
-            reviewer, csrf, back, limit, saved="saved" in query))
+        self._html(200, review_html(self.app, int(identifier), result, reason, query, reviewer, csrf))
 
     # POST ------------------------------------------------------------------------------------------------
 

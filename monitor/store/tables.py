@@ -255,6 +255,16 @@ review_labels_table = Table(
     UniqueConstraint("conversation_id", "rubric", "reviewer", name="uq_review_label"),
     Index("ix_review_labels_result_id", "result_id"),
 )
+# The review page's copy of a conversation as assembled from its spans (assembling a long conversation again on
+# every view would cost far more than the page: its spans repeat the history). Taken when a verdict is queued or
+# first shown, taken again when the conversation gained spans, and still shown once the spans are pruned.
+review_conversations_table = Table(
+    "review_conversations", metadata,
+    Column("conversation_id", Text, primary_key=True),
+    Column("span_count", Integer, nullable=False),
+    Column("payload", Text, nullable=False),  # the Conversation as JSON
+    Column("stored_ts", Float, nullable=False),
+)
 # The review page lists one rubric's current results newest first, a page at a time, at millions of rows.
 CURRENT_BY_RUBRIC_TIME = Index("ix_results_rubric_current_evaluated_ts", results_table.c.rubric,
                                results_table.c.evaluated_ts, sqlite_where=results_table.c.current.is_(True),

@@ -45,6 +45,13 @@ def upgrade() -> None:
     )
     op.create_index("ix_review_labels_labelled_ts", "review_labels", ["labelled_ts"], unique=False)
     op.create_index("ix_review_labels_result_id", "review_labels", ["result_id"], unique=False)
+    op.create_table("review_conversations",
+        sa.Column("conversation_id", sa.Text(), nullable=False),
+        sa.Column("span_count", sa.Integer(), nullable=False),
+        sa.Column("payload", sa.Text(), nullable=False),
+        sa.Column("stored_ts", sa.Float(), nullable=False),
+        sa.PrimaryKeyConstraint("conversation_id")
+    )
     current = sa.column("current", sa.Boolean()).is_(True)
     op.create_index("ix_results_rubric_current_evaluated_ts", "results", ["rubric", "evaluated_ts"], unique=False,
                     sqlite_where=current, postgresql_where=current)
@@ -67,6 +74,7 @@ def upgrade() -> None:
 def downgrade() -> None:
     op.drop_table("shadow_results")
     op.drop_index("ix_results_rubric_current_evaluated_ts", table_name="results")
+    op.drop_table("review_conversations")
     op.drop_index("ix_review_labels_result_id", table_name="review_labels")
     op.drop_index("ix_review_labels_labelled_ts", table_name="review_labels")
     op.drop_table("review_labels")
