@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -38,6 +39,7 @@ WATERMARK = "review#queued_through"
 SCAN_BATCH = 5000
 """Results the queue considers per cycle; a larger backlog is worked through over the next cycles."""
 MAX_PAGE = 200
+NAMES_SECONDS = 60.0
 
 
 @dataclass(frozen=True)
@@ -111,6 +113,7 @@ def _dimensions_json(dimensions: dict[str, int | None]) -> str:
 class ReviewStore:
     def __init__(self, store: SqlStore) -> None:
         self.store = store
+        self._names: tuple[float, list[str], list[str]] | None = None
 
     # the queue -------------------------------------------------------------------------------------------------
 
@@ -215,9 +218,11 @@ class ReviewStore:
             query = query.where(ts >= filters.since.timestamp())
         if filters.until is not None:
             query = query.where(ts < filters.until.timestamp())
-        if filters.label in ("labelled", "unlabelled"):
-            labelled = exists().where(labels.result_id == result_id)
-            query = query.where(labelled if filters.label == "labelled" else ~labelled)
+        if filters.label == "labelled":
+            # Few verdicts are labelled: start from the labels, not from every result newest first.
+            query = query.where(result_id.in_(select(labels.result_id).where(labels.result_id.is_not(None))))
+        elif filters.label == "unlabelled":
+            query = query.where(~exists().where(labels.result_id == result_id))
         cursor = parse_cursor(after)
         if cursor is not None:
             query = query.where(or_(ts < cursor[0], and_(ts == cursor[0], identifier < cursor[1])))
@@ -367,12 +372,17 @@ class ReviewStore:
         return int(count), float(newest or 0.0)
 
     def rubrics_and_agents(self) -> tuple[list[str], list[str]]:
-        """Names offered in the filters: those of the queue (small), not of every result."""
+        """Names offered in the filters: those of the queue, not of every result; read again after
+        ``NAMES_SECONDS`` (a filter list a minute old is fine, a scan of the queue per page is not)."""
+        now = time.monotonic()
+        if self._names is not None and now - self._names[0] < NAMES_SECONDS:
+            return self._names[1], self._names[2]
         q = review_queue_table.c
         with self.store.transaction() as conn:
             rubrics = [str(x) for x in conn.execute(select(q.rubric).distinct().order_by(q.rubric)).scalars()]
             agents = [str(x) for x in conn.execute(select(q.agent).distinct().order_by(q.agent).limit(200))
                       .scalars()]
+        self._names = (now, rubrics, agents)
         return rubrics, agents
 
     # shadow verdicts -------------------------------------------------------------------------------------------

@@ -232,6 +232,8 @@ class ReviewHandler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         try:
             self._get()
+        except ConnectionError:
+            log.debug("review page %s: the client went away", self.path[:200])
         except Exception:
             log.exception("review page %s failed", self.path[:200])
             self._error(500, "The page failed; the daemon's log says why.")
@@ -304,6 +306,8 @@ class ReviewHandler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         try:
             self._post()
+        except ConnectionError:
+            log.debug("review form %s: the client went away", self.path[:200])
         except Exception:
             log.exception("review form %s failed", self.path[:200])
             self._error(500, "Saving failed; the daemon's log says why.")
@@ -402,6 +406,9 @@ class _BoundedServer(ThreadingHTTPServer):
             self.shutdown_request(request)
             return
         super().process_request(request, client_address)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        log.debug("review http: a request from %s failed", client_address, exc_info=True)
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
         try:
