@@ -392,3 +392,42 @@ def test_queue_labels_and_agreement_on_both_backends(backend: str, tmp_path: Pat
         assert review.conversation("support-00000") is not None
     finally:
         store.close()
+
+
+def test_the_daemons_cycle_queues_its_verdicts_and_serves_them(tmp_path: Path) -> None:
+    from monitor.app import build_monitor
+    from monitor.settings import load_settings
+    from tests.fakes.openai_server import ScriptedOpenAIServer
+    from tests.helpers import SEED_PASS_SCORES
+    from tests.helpers import verdict as scripted_verdict
+    from tests.test_daemon import daemon_config, free_port
+
+    with ScriptedOpenAIServer(lambda r: scripted_verdict(r, SEED_PASS_SCORES)) as judge:
+        config = daemon_config(tmp_path, judge.base_url, free_port(),
+                               review={"enabled": True, "port": 0, "uniform_share": 1.0})
+        registry = CollectorRegistry()
+        monitor = build_monitor(load_settings(config), registry)
+        server = None
+        try:
+            assert monitor.run_cycle().ok
+            server = start_review(monitor)
+            assert server is not None
+            host, port = server.address
+            connection = http.client.HTTPConnection(host, port, timeout=30)
+            connection.request("GET", "/queue")  # loopback without a token: reviewer "local"
+            queue = connection.getresponse().read().decode()
+            assert queue.count('class="open"') == 3 and queue.count("<td>uniform</td>") == 3
+            connection.request("GET", "/review/1")
+            page = connection.getresponse().read().decode()
+            dimensions = re.findall(r'name="dim\.([^"]+)" value="4"', page)
+            form = {"csrf": csrf_of(page), "passed": "pass", **{f"dim.{d}": "4" for d in dimensions}}
+            connection.request("POST", "/review/1/label", body=urlencode(form),
+                               headers={"Content-Type": "application/x-www-form-urlencoded"})
+            assert connection.getresponse().status == 303
+            # Saving a label publishes agreement again at once (the uniform share's one label).
+            assert registry.get_sample_value("rubric_monitor_judge_agreement_labels",
+                                             {"rubric": monitor.store.results()[0].rubric, "dimension": ""}) == 1
+        finally:
+            if server is not None:
+                server.close()
+            monitor.close()
