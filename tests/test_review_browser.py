@@ -154,6 +154,16 @@ def test_a_reviewer_labels_the_queue_with_the_keyboard_and_sees_agreement_change
     assert "judge instructions" in browser.find_element(By.TAG_NAME, "body").text
     _shot(browser, "prompt")
 
+    # A form whose CSRF token is not the reviewer's is refused, and nothing is stored.
+    browser.get(url + "/review/1")
+    _wait_text(browser, "Your label")
+    browser.execute_script('document.querySelector("#label-form input[name=csrf]").value = "0".repeat(64);')
+    body = browser.find_element(By.TAG_NAME, "body")
+    for key in ("5", "5", "p", "s"):
+        body.send_keys(key)
+    _wait_text(browser, "CSRF token is missing or wrong")
+    assert [label.conversation_id for label in review.labels()] == ["conv-2", "conv-1"]
+
 
 def _agreement_cell(browser: Any, url: str) -> tuple[str, str] | str:
     browser.get(url + "/agreement")
