@@ -101,6 +101,10 @@ def build_stages(settings: Settings, registry: CollectorRegistry, *, load_model:
     attempt(rubrics.load)
     url = attempt(lambda: checked_store_url(settings)) or ""
     attempt(lambda: check_metrics_host(settings.metrics))
+    if settings.review.enabled:
+        from monitor.review.web import check_review_settings
+
+        attempt(lambda: check_review_settings(settings.review))
     source = attempt(lambda: build_source(settings.source, metrics))
     if settings.judge.kind == "local" and not load_model:
         from monitor.judge.local import local_model_path
@@ -358,7 +362,9 @@ def build_review(settings: Settings, store: SqlStore, metrics: MonitorMetrics) -
     token = check_review_settings(review)
     quotas = Quotas(review.uniform_share, review.uniform_per_day, review.failing_per_day, review.borderline_per_day,
                     review.borderline_margin, review.flagged_per_day)
-    step = ReviewStep(ReviewStore(store), quotas, metrics.judge_agreement)
+    step = ReviewStep(ReviewStore(store), quotas, metrics.judge_agreement,
+                      keep_conversations_days=settings.retention.conversations_days,
+                      keep_queue_days=settings.retention.results_days)
     step.refresh()
     return step, token
 

@@ -370,7 +370,24 @@ def test_the_page_keeps_a_conversation_once_its_spans_are_pruned(tmp_path: Path)
     found = review.conversation("kept")
     assert found is not None and "remember me 1" in found.messages[-2].text
     assert review.conversation("never-stored") is None
+    review.save_label(StoredLabel("kept", "support", "ann", True, result_id=1))
+    # Retention: kept conversations go after retention.conversations_days, queue rows with their verdicts; labels
+    # stay.
+    step = ReviewStep(review, Quotas(), MonitorMetrics(CollectorRegistry()).judge_agreement,
+                      keep_conversations_days=30, keep_queue_days=90)
+    step.run(object(), DAY + timedelta(days=400))
+    assert review.conversation("kept") is None
+    assert review.queue_page(Filters()).rows == [] and len(review.labels()) == 1
     store.close()
+
+
+def test_check_refuses_a_review_page_open_off_loopback() -> None:
+    from monitor.app import build_stages
+
+    settings = Settings.model_validate({"review": {"enabled": True, "host": "0.0.0.0"}})
+    with pytest.raises(ConfigError) as refused:
+        build_stages(settings, CollectorRegistry(), load_model=False)
+    assert any("review.token_file" in str(problem) for problem in refused.value.all)
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])

@@ -36,6 +36,10 @@ class ReviewStep:
     store: ReviewStore
     quotas: Quotas
     metrics: JudgeAgreementMetrics
+    keep_conversations_days: float = 90.0
+    """Kept conversations are deleted after this long (``retention.conversations_days``, as their spans)."""
+    keep_queue_days: float | None = 90.0
+    """Queue rows go with their verdicts (``retention.results_days``); labels stay."""
     name: str = "review"
     fails_cycle: bool = False
     """The queue catches up on the next cycle (it keeps its own watermark); scoring is not affected."""
@@ -43,6 +47,9 @@ class ReviewStep:
 
     def run(self, report: object, now: datetime) -> None:
         queued = self.store.fill_queue(self.quotas)
+        day = 86400.0
+        self.store.prune(now.timestamp() - self.keep_conversations_days * day,
+                         None if self.keep_queue_days is None else now.timestamp() - self.keep_queue_days * day)
         if queued:
             log.info("review: queued %s", ", ".join(f"{n} {reason}" for reason, n in sorted(queued.items())))
         self.refresh()

@@ -301,6 +301,17 @@ class ReviewStore:
                 conn.execute(self._insert_ignoring_duplicates(
                     conn, {"conversation_id": conversation_id, **values}, review_conversations_table))
 
+    def prune(self, conversations_before: float, queue_before: float | None) -> int:
+        """Delete kept conversations taken before ``conversations_before`` (epoch seconds) and queue rows of verdicts
+        evaluated before ``queue_before`` (None keeps them); labels are kept. Returns the rows deleted."""
+        v, q = review_conversations_table.c, review_queue_table.c
+        with self.store.transaction() as conn:
+            deleted = conn.execute(delete(review_conversations_table)
+                                   .where(v.stored_ts < conversations_before)).rowcount
+            if queue_before is not None:
+                deleted += conn.execute(delete(review_queue_table).where(q.evaluated_ts < queue_before)).rowcount
+        return int(deleted)
+
     # labels ----------------------------------------------------------------------------------------------------
 
     def save_label(self, label: StoredLabel) -> None:

@@ -263,7 +263,7 @@ review_conversations_table = Table(
     Column("conversation_id", Text, primary_key=True),
     Column("span_count", Integer, nullable=False),
     Column("payload", Text, nullable=False),  # the Conversation as JSON
-    Column("stored_ts", Float, nullable=False),
+    Column("stored_ts", Float, nullable=False, index=True),  # pruned after retention.conversations_days
 )
 # The review page lists one rubric's current results newest first, a page at a time, at millions of rows.
 CURRENT_BY_RUBRIC_TIME = Index("ix_results_rubric_current_evaluated_ts", results_table.c.rubric,

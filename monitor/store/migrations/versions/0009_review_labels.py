@@ -52,6 +52,7 @@ def upgrade() -> None:
         sa.Column("stored_ts", sa.Float(), nullable=False),
         sa.PrimaryKeyConstraint("conversation_id")
     )
+    op.create_index("ix_review_conversations_stored_ts", "review_conversations", ["stored_ts"], unique=False)
     current = sa.column("current", sa.Boolean()).is_(True)
     op.create_index("ix_results_rubric_current_evaluated_ts", "results", ["rubric", "evaluated_ts"], unique=False,
                     sqlite_where=current, postgresql_where=current)
@@ -74,6 +75,7 @@ def upgrade() -> None:
 def downgrade() -> None:
     op.drop_table("shadow_results")
     op.drop_index("ix_results_rubric_current_evaluated_ts", table_name="results")
+    op.drop_index("ix_review_conversations_stored_ts", table_name="review_conversations")
     op.drop_table("review_conversations")
     op.drop_index("ix_review_labels_result_id", table_name="review_labels")
     op.drop_index("ix_review_labels_labelled_ts", table_name="review_labels")
