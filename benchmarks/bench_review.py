@@ -104,6 +104,9 @@ def generate(store: SqlStore, count: int) -> None:
                 batch = []
         if batch:
             conn.execute(insert(results_table), batch)
+        if conn.dialect.name == "postgresql":  # ids were given: move the sequence past them
+            conn.exec_driver_sql("SELECT setval(pg_get_serial_sequence('results', 'id'), "
+                                 "(SELECT max(id) FROM results))")
         conn.execute(insert(review_queue_table), queue)
         labelled = draw.sample(queue, min(5000, len(queue)))
         conn.execute(insert(review_labels_table), [
