@@ -143,6 +143,12 @@ def test_forms_without_the_csrf_token_or_from_another_site_are_refused(site: Sit
         "api", False, {"helpfulness": 2, "accuracy": None}, "<b>bold</b>")
     status, _, _ = site.request("POST", "/review/2/label", {"passed": "maybe", "csrf": csrf})
     assert status == 400
+    site.store.record(verdict("conv-2", rubric="per-turn", turn_index=1))
+    [(turn_id, _)] = [(i, r) for i, r in site.review.current_results("conv-2") if r.turn_index == 1]
+    status, _, page = site.request("GET", f"/review/{turn_id}")
+    assert status == 200 and "this one judges a single turn" in page and 'id="label-form"' not in page
+    status, _, _ = site.request("POST", f"/review/{turn_id}/label", {**label, "csrf": csrf})
+    assert status == 400 and len(site.review.labels()) == 1
 
 
 def test_every_page_carries_a_strict_content_security_policy(site: Site) -> None:

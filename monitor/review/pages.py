@@ -289,6 +289,9 @@ def review_page(result_id: int, result: EvaluationResult, reason: str | None, co
         f'<a href="{esc(link(result_path(i), **back))}" class="{"current" if i == result_id else ""}">'
         f"{esc(r.rubric)}{'' if r.turn_index is None else ' turn ' + esc(r.turn_index)}</a>" for i, r in others)
     notice = '<p class="saved" id="saved">Label saved.</p>' if saved else ""
+    # A label is people's verdict on a whole conversation: turn-level verdicts are shown, not labelled.
+    form = label_form(result_id, result, mine, csrf, back) if result.turn_index is None else (
+        '<p class="note">Labels are given to whole-conversation verdicts; this one judges a single turn.</p>')
     others_labels = "".join(f"<li>{esc(lab.reviewer)}: {'pass' if lab.passed else 'fail'}"
                             f"{' – ' + esc(lab.note[:200]) if lab.note else ''}</li>"
                             for lab in labels if lab.reviewer != reviewer)
@@ -297,7 +300,7 @@ def review_page(result_id: int, result: EvaluationResult, reason: str | None, co
             f'<nav class="tabs">{tabs}</nav><div class="columns"><div class="left">'
             f"{conversation_html(conversation, result, budget)}</div><div class=\"right\">"
             f"{verdict_html(result_id, result, reason, budget)}"
-            f"{label_form(result_id, result, mine, csrf, back)}"
+            f"{form}"
             f"{'<h3>Other reviewers</h3><ul>' + others_labels + '</ul>' if others_labels else ''}"
             f'<p><a href="{esc(link("/queue", **back))}" id="back">Back to the queue</a></p></div></div>')
     return layout(f"Review: {result.rubric}", body, reviewer, csrf, "review")

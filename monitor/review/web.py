@@ -371,6 +371,9 @@ class ReviewHandler(BaseHTTPRequestHandler):
             self._error(404, "No such verdict.")
             return
         result, _ = found
+        if result.turn_index is not None:
+            self._error(400, "Labels are given to whole-conversation verdicts; this one judges a single turn.")
+            return
         try:
             parsed = pages.parse_label_form(form, [d.id for d in result.dimension_scores])
         except ValueError as exc:
