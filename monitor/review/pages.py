@@ -29,14 +29,6 @@ def esc(value: object) -> str:
     return html.escape("" if value is None else str(value), quote=True)
 
 
-def safe_href(url: str | None) -> str | None:
-    """``url`` when it is an http(s) URL, else None: a configured link never becomes ``javascript:``."""
-    if url is None:
-        return None
-    lowered = url.strip().lower()
-    return url.strip() if lowered.startswith(("http://", "https://")) else None
-
-
 class Budget:
     """How much trace text one page may still show."""
 
