@@ -32,6 +32,7 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from monitor.errors import ConfigError
+from monitor.formats.json_text import cycle_collection_paused
 from monitor.models import EvaluationResult
 from monitor.review import pages
 from monitor.review.agreement import agreement
@@ -177,11 +178,14 @@ def list_html(app: ReviewApp, path: str, query: dict[str, list[str]], reviewer: 
 
 def review_html(app: ReviewApp, result_id: int, result: EvaluationResult, reason: str | None,
                 query: dict[str, list[str]], reviewer: str, csrf: str) -> str:
-    """One verdict's page: the conversation, the judge's scores and reasons, the label form."""
-    return pages.review_page(
-        result_id, result, reason, app.store.conversation(result.conversation_id),
-        app.store.current_results(result.conversation_id), app.store.labels(result_id=result_id), reviewer, csrf,
-        pages.filter_query(_filters(query)), app.settings.max_page_bytes, saved="saved" in query)
+    """One verdict's page: the conversation, the judge's scores and reasons, the label form. A long conversation
+    allocates tens of thousands of short-lived objects, none in a cycle: the cycle collector is paused meanwhile
+    (its passes over the daemon's heap were most of the page's worst times)."""
+    with cycle_collection_paused():
+        return pages.review_page(
+            result_id, result, reason, app.store.conversation(result.conversation_id),
+            app.store.current_results(result.conversation_id), app.store.labels(result_id=result_id), reviewer,
+            csrf, pages.filter_query(_filters(query)), app.settings.max_page_bytes, saved="saved" in query)
 
 
 def make_handler(app: ReviewApp) -> type[BaseHTTPRequestHandler]:
