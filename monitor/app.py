@@ -54,6 +54,7 @@ from monitor.writeback import WriteBack, build_exporter
 
 if TYPE_CHECKING:
     from monitor.alerts.service import AlertService
+    from monitor.review.step import ReviewStep
     from monitor.sources.otlp_receiver import OtlpReceiverSource
 
 log = logging.getLogger(__name__)
@@ -101,6 +102,10 @@ def build_stages(settings: Settings, registry: CollectorRegistry, *, load_model:
     attempt(rubrics.load)
     url = attempt(lambda: checked_store_url(settings)) or ""
     attempt(lambda: check_metrics_host(settings.metrics))
+    if settings.review.enabled:
+        from monitor.review.web import check_review_settings
+
+        attempt(lambda: check_review_settings(settings.review))
     source = attempt(lambda: build_source(settings.source, metrics))
     if settings.judge.kind == "local" and not load_model:
         from monitor.judge.local import local_model_path
@@ -209,6 +214,9 @@ class Monitor:
     writeback: WriteBack | None = None
     receiver: OtlpReceiverSource | None = None
     """The OTLP/HTTP listener (``source.kind: otlp_receiver``), started and stopped by the daemon."""
+    review: ReviewStep | None = None
+    """The review queue and agreement (``review.enabled``); ``monitor.daemon.loop`` serves its page."""
+    review_token: str | None = None
 
     def steps(self) -> list[Step]:
         """The steps after the scoring stages, in the order ``monitor.pipeline.steps`` gives."""
@@ -218,6 +226,8 @@ class Monitor:
         steps.append(GaugesStep(self.metrics.quality, self.store))
         if self.writeback is not None:
             steps.append(WriteBackStep(self.writeback))
+        if self.review is not None:
+            steps.append(self.review)
         steps.append(HealthStep(self.metrics, self.health))
         if self.alerts is not None:
             steps.append(AlertsStep(self.alerts))
@@ -346,9 +356,38 @@ def build_monitor(settings: Settings, registry: CollectorRegistry | None = None)
         receiver.attach(store, settings.conversation.late_turns)
     monitor = Monitor(settings, registry, metrics, pipeline, health, store, alerts=alerts, canaries=canaries,
                       single_replica=single, writeback=writeback, receiver=receiver)
+    if settings.review.enabled:
+        monitor.review, monitor.review_token = build_review(settings, store, metrics)
     # The windows and the counters' label sets from the rollups, before the first scrape.
     monitor.refresh_metrics()
     return monitor
+
+
+def build_review(settings: Settings, store: SqlStore, metrics: MonitorMetrics) -> tuple[ReviewStep, str | None]:
+    """The review step (queue and agreement) and the review page's token (``ConfigError`` when the page would be
+    open off loopback)."""
+    from monitor.review.queue import Quotas
+    from monitor.review.step import ReviewStep
+    from monitor.review.store import ReviewStore
+    from monitor.review.web import check_review_settings
+
+    review = settings.review
+    token = check_review_settings(review)
+    quotas = Quotas(review.uniform_share, review.uniform_per_day, review.failing_per_day, review.borderline_per_day,
+                    review.borderline_margin, review.flagged_per_day)
+    step = ReviewStep(ReviewStore(store), quotas, metrics.judge_agreement,
+                      keep_conversations_days=settings.retention.conversations_days,
+                      keep_queue_days=settings.retention.results_days)
+    step.refresh()
+    return step, token
+
+
+def review_url(settings: Settings) -> str:
+    """Where reviewers reach the review page (``review.external_url``, else its listener)."""
+    if settings.review.external_url:
+        return settings.review.external_url.rstrip("/")
+    host = "localhost" if settings.review.host in ("0.0.0.0", "::") else settings.review.host
+    return f"http://[{host}]:{settings.review.port}" if ":" in host else f"http://{host}:{settings.review.port}"
 
 
 def build_alerts(settings: Settings, store: SqlStore, registry: CollectorRegistry, judge: Judge | None = None,
@@ -357,6 +396,10 @@ def build_alerts(settings: Settings, store: SqlStore, registry: CollectorRegistr
     from monitor.alerts.service import AlertService, check_settings
 
     alert_settings = settings.alerts
+    if settings.review.enabled and alert_settings.example_link_template is None:
+        # Examples open on the review page unless the settings point elsewhere.
+        alert_settings = alert_settings.model_copy(update={
+            "example_link_template": review_url(settings) + "/conversations/{conversation_id_url}"})
     notifiers = check_settings(alert_settings, settings.interval_seconds)
 
     def reasons() -> set[str]:

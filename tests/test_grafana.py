@@ -45,6 +45,9 @@ MAY_BE_EMPTY: dict[tuple[str, str, str], str] = {
     ("agent-quality.json", "Cannot judge", "A"): "regression check (alerts work): only when it cannot judge",
     ("agent-quality.json", "Judge canary agreement", "A"): "canary conversations (judge work)",
     ("agent-quality.json", "Judge canary agreement", "B"): "judge drift (judge work)",
+    ("agent-quality.json", "Judge–human agreement", "A"): "people's labels (review work): none in this run",
+    ("agent-quality.json", "Judge–human agreement", "B"): "people's labels (review work): none in this run",
+    ("agent-quality.json", "Labels behind the agreement", "A"): "people's labels (review work): none in this run",
     ("monitor-operations.json", "Source lag (watermark age) and backlog", "A"):
         "the watermark lag exists for App Insights only; this run reads OTLP files",
     ("monitor-operations.json", "Source errors by kind", "A"): "no source fails in this healthy run",

@@ -17,7 +17,7 @@ def promtool(*args: str) -> subprocess.CompletedProcess[str]:
 def test_rules_are_valid() -> None:
     checked = promtool("check", "rules", "rules.yaml")
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    assert "SUCCESS: 17 rules found" in checked.stdout
+    assert "SUCCESS: 18 rules found" in checked.stdout
 
 
 def test_rules_pass_their_promtool_tests() -> None:
@@ -28,6 +28,6 @@ def test_rules_pass_their_promtool_tests() -> None:
 def test_every_alert_name_of_the_contract_is_shipped() -> None:
     text = (RULES / "rules.yaml").read_text(encoding="utf-8")
     for name in ("RubricQualityRegression", "EvaluationStalled", "JudgeUnhealthy", "RubricMonitorDown",
-                 "RubricMonitorStale", "JudgeAuthFailure", "JudgeBudgetExhausted", "JudgeDrift"):
+                 "RubricMonitorStale", "JudgeAuthFailure", "JudgeBudgetExhausted", "JudgeDrift", "JudgeAgreementLow"):
         assert f"- alert: {name}\n" in text
         assert f"alertname: {name}\n" in (RULES / "rules.test.yaml").read_text(encoding="utf-8")

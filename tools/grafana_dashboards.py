@@ -320,11 +320,26 @@ def quality_dashboard() -> dict[str, Any]:
          Query('rubric_monitor_judge_drift{rubric=~"$rubric"}', "drift {{rubric}}")],
         "Agreement of the judge with its canary conversations; drift = 1 when the judge's scores shifted.",
         width=24, height=6, unit="percentunit", min=0, max=1)
+    agreement = Panel(
+        "Judge–human agreement", "timeseries",
+        [Query('rubric_monitor_judge_agreement{rubric=~"$rubric", measure=~"pass_fail|weighted_kappa"}',
+               "{{rubric}} {{dimension}} {{measure}}"),
+         Query('rubric_monitor_judge_agreement_bound{rubric=~"$rubric", measure="pass_fail", dimension=""}',
+               "{{rubric}} pass_fail {{bound}}")],
+        "How the judge agrees with people on the labelled uniform review share: pass/fail agreement (with its 95% "
+        "interval) and each dimension's weighted kappa. JudgeAgreementLow fires below 0.8 / 0.4 with 30 labels.",
+        width=16, height=7, min=0, max=1)
+    agreement_labels = Panel(
+        "Labels behind the agreement", "table",
+        [Query('rubric_monitor_judge_agreement_labels{rubric=~"$rubric"}', instant=True)],
+        "Labelled pairs per rubric and dimension (dimension empty: pass/fail); below 30 the alert stays silent.",
+        width=8, height=7)
     rows = [
         Row("Pass rate", [pass_rate, sample_size, table, outcomes, failing, mean_score]),
         Row("Dimensions (weighted rubrics)", [dimension_mean, dimension_bars, heatmap, distribution]),
         Row("Adaptive rubrics and static metrics", [non_weighted_rate, non_weighted_score]),
         Row("Changes and regressions", [versions, regressions, cannot_judge, canary]),
+        Row("People and the judge (review)", [agreement, agreement_labels]),
     ]
     variables = [
         datasource_variable(),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from typing import Any
+from urllib.parse import quote
 
 from monitor.alerts.detector import Annotation, Verdict
 from monitor.alerts.store import Example
@@ -71,7 +72,8 @@ def example_dicts(examples: list[Example], link_template: str | None) -> list[di
         if link_template:
             try:
                 link = link_template.format(trace_id=trace_id, operation_id=example.operation_id,
-                                            conversation_id=example.conversation_id)
+                                            conversation_id=example.conversation_id,
+                                            conversation_id_url=quote(example.conversation_id, safe=""))
             except (KeyError, IndexError, ValueError):
                 link = None  # a template with an unknown placeholder: the example is still named
         out.append({"conversation_id": example.conversation_id, "trace_id": trace_id,

@@ -17,8 +17,8 @@ from monitor.evaluators.versions import builtin_version
 from monitor.formats.input_files import read_conversations
 from monitor.models import EvaluationResult
 from monitor.rubrics.loader import load_rubric_file
-from monitor.settings import load_settings
-from monitor.trust.agreement import agreement, judge_conversations, read_labels
+from monitor.settings import Settings, load_settings
+from monitor.trust.agreement import Label, agreement, judge_conversations, read_labels
 
 
 def _fmt(value: Any) -> str:
@@ -51,6 +51,25 @@ def format_report(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def stored_labels(settings: Settings, rubric: str) -> dict[str, Label]:
+    """The rubric's labels in the store (``rubric-monitor labels``, the review page), one per conversation: the
+    latest when several reviewers labelled it. n/a dimensions are left out, as a file leaves them out."""
+    from monitor.cli.results import open_store
+    from monitor.review.store import ReviewStore
+
+    store = open_store(settings)
+    try:
+        found = ReviewStore(store).labels(rubric=rubric)
+    finally:
+        store.close()
+    if not found:
+        raise ConfigError("store", "labels", f"no stored labels for rubric {rubric!r} (label on the review page or "
+                                             "`rubric-monitor labels import`)")
+    return {label.conversation_id: Label(label.conversation_id, label.passed, label.score,
+                                         {d: v for d, v in label.dimensions.items() if v is not None})
+            for label in found}
+
+
 def cmd_calibrate(args: argparse.Namespace) -> int:
     settings = load_settings(args.config)
     configure_logging(settings.log_level)
@@ -58,7 +77,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     if rubric.evaluation_level != "conversation":
         raise ConfigError(str(args.rubric), "evaluation_level", "calibrate compares whole-conversation verdicts; "
                           "use evaluation_level: conversation")
-    labels = read_labels(args.labels)
+    labels = read_labels(args.labels) if args.labels is not None else stored_labels(settings, rubric.name)
     conversations = [c for c in read_conversations(args.input) if c.id in labels]
     evaluator, judge, context = build_judging(settings, rubric, str(args.rubric), store_content=False).parts()
 
@@ -85,7 +104,10 @@ def register(sub: Any) -> None:
     config_arg(calibrate, "YAML settings file (for the judge)")
     calibrate.add_argument("--rubric", type=Path, required=True, help="rubric file (YAML or JSON)")
     calibrate.add_argument("--input", type=Path, required=True, help="OTLP JSON lines or OpenAI-chat JSONL")
-    calibrate.add_argument("--labels", type=Path, required=True,
-                           help='JSON lines of {"id", "passed", "score"?, "dimensions"?}')
+    source = calibrate.add_mutually_exclusive_group(required=True)
+    source.add_argument("--labels", type=Path,
+                        help='JSON lines of {"id", "passed", "score"?, "dimensions"?}, or CSV')
+    source.add_argument("--stored-labels", action="store_true",
+                        help="the rubric's labels in the store (review page, `labels import`)")
     calibrate.add_argument("--json", action="store_true", help="print the report as JSON (for CI)")
     calibrate.set_defaults(handler=cmd_calibrate)

@@ -6,6 +6,7 @@ import errno
 import logging
 import os
 import threading
+from typing import TYPE_CHECKING
 
 from monitor.app import Monitor, build_monitor
 from monitor.daemon import shutdown
@@ -14,6 +15,9 @@ from monitor.errors import ConfigError
 from monitor.metrics.exposition import Exposition
 from monitor.models import utc_now
 from monitor.settings import OtlpReceiverSourceSettings, Settings
+
+if TYPE_CHECKING:
+    from monitor.review.web import ReviewServer
 
 log = logging.getLogger("monitor.daemon")  # the name the start-up and stop lines carry
 
@@ -81,15 +85,39 @@ def run_daemon(settings: Settings, once: bool = False, results_command: str = "r
             monitor.close()
             raise receiver_listen_error(monitor.receiver.settings, exc) from None
         log.info("OTLP/HTTP receiver on http://%s:%d (POST /v1/traces, /v1/logs)", receiver_host, receiver_port)
+    review_server = None
     monitor.next_steps = (f"next: the metrics are at http://{host}:{port}/metrics; list the verdicts with "
                           f"`{results_command}`, one in full with `{results_command} show CONVERSATION`")
     try:
+        review_server = start_review(monitor)
         if once:
             return 0 if monitor.run_cycle().ok else 1
         return _serve(monitor, settings.interval_seconds, settings.shutdown_grace_seconds)
     finally:
+        if review_server is not None:
+            review_server.close()
         server.close()
         monitor.close()
+
+
+def start_review(monitor: Monitor) -> ReviewServer | None:
+    """The review page on its own listener (``review.enabled``)."""
+    if monitor.review is None:
+        return None
+    from monitor.review.web import Auth, ReviewApp, ReviewServer
+
+    review = monitor.settings.review
+    app = ReviewApp(monitor.review.store, review,
+                    Auth(monitor.review_token, review.trusted_proxy_header, review.trusted_proxy_addresses),
+                    on_label=monitor.review.refresh)
+    try:
+        server = ReviewServer(app)
+    except OSError as exc:
+        raise ConfigError("settings", "review.port", f"cannot listen on {review.host}:{review.port}: "
+                                                      f"{exc.strerror or exc}") from None
+    server.start()
+    log.info("review page on %s/queue", server.url)
+    return server
 
 
 def _serve(monitor: Monitor, interval: float, grace: float) -> int:

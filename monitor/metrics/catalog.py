@@ -211,6 +211,7 @@ class MonitorMetrics:
         self.backlog = BacklogMetrics(registry)  # the backlog of ready conversations (issue 8, item 11)
         self.judge_trust = JudgeTrustMetrics(registry)  # drift canaries (monitor.canary)
         self.receiver = ReceiverMetrics(registry)  # the OTLP/HTTP receiver (source.kind: otlp_receiver)
+        self.judge_agreement = JudgeAgreementMetrics(registry)  # people's labels (monitor.review)
 
     def judge_configured(self, kind: str, model: str, prompt_version: str) -> None:
         """Publish ``judge_info`` and pre-create the judge's counters at zero, so ratios work from the start."""
@@ -248,6 +249,26 @@ class JudgeTrustMetrics:
             "1 while the last canary run of a rubric found the judge drifting from the agreed verdicts "
             "(JudgeDrift).",
             ["rubric"], registry=registry)
+
+
+class JudgeAgreementMetrics:
+    """How the judge agrees with people's labels of the uniform review share (``monitor.review.agreement``)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.agreement = Gauge(
+            "rubric_monitor_judge_agreement",
+            "Judge-human agreement on the labelled uniform review share: measure pass_fail, kappa (dimension \"\"), "
+            "weighted_kappa, within_one, exact (per dimension).",
+            ["rubric", "dimension", "measure"], registry=registry)
+        self.bound = Gauge(
+            "rubric_monitor_judge_agreement_bound",
+            "95% interval of rubric_monitor_judge_agreement (bound lower or upper; Wilson for shares, bootstrap "
+            "for kappa).",
+            ["rubric", "dimension", "measure", "bound"], registry=registry)
+        self.labels = Gauge(
+            "rubric_monitor_judge_agreement_labels",
+            "Labelled pairs behind rubric_monitor_judge_agreement (dimension \"\": pass/fail pairs).",
+            ["rubric", "dimension"], registry=registry)
 
 
 def catalog(metrics: MonitorMetrics) -> list[FamilySpec]:

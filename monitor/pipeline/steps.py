@@ -2,7 +2,8 @@
 
 1. ``CanaryStep``: the drift canaries that are due (they share the rubric's daily budget);
 2. ``GaugesStep``: the rolling-window gauges, and every quality family rendered once for the scrapes;
-3. ``WriteBackStep``: verdicts written back next to the traces;
+3. ``WriteBackStep``: verdicts written back next to the traces, then (``review.enabled``) the review step
+   (``monitor.review.step``): today's review picks, agreement published again when labels changed;
 4. ``HealthStep``: the cycle counters, ``/healthz`` and the cycle's summary line;
 5. ``AlertsStep``: regression alerts over what was recorded.
 

@@ -21,6 +21,7 @@ from monitor.settings.schema import (
     PriceSettings,
     ReplicaSettings,
     RetentionSettings,
+    ReviewSettings,
     RubricSettings,
     SamplingSettings,
     Settings,
@@ -36,7 +37,7 @@ __all__ = [
     "ENV_PREFIX", "MAX_SECONDS", "AlertSettings", "AppInsightsCredentialSettings", "AppInsightsSourceSettings",
     "CanarySettings", "ConversationSettings", "JudgeSettings", "LocalJudgeSettings", "MediaSettings",
     "MetricsSettings", "NotifierSettings", "OtlpFileSourceSettings", "OtlpReceiverSourceSettings", "PriceSettings",
-    "ReplicaSettings", "RetentionSettings",
-    "RubricSettings", "SamplingSettings", "Settings", "SilenceSettings", "SourceSettings", "StoreSettings",
-    "WritebackSettings", "check_one_line", "load_settings", "read_secret",
+    "ReplicaSettings", "RetentionSettings", "ReviewSettings", "RubricSettings", "SamplingSettings", "Settings",
+    "SilenceSettings", "SourceSettings", "StoreSettings", "WritebackSettings", "check_one_line", "load_settings",
+    "read_secret",
 ]

@@ -482,6 +482,45 @@ class AlertSettings(_Section):
         return self
 
 
+class ReviewSettings(_Section):
+    enabled: bool = False
+    """Set evaluations aside each day for people to label, and serve the review page (``docs/review.md``)."""
+    host: str = "127.0.0.1"
+    """Address of the review page. Off loopback, ``token_file`` or ``trusted_proxy_header`` is required."""
+    port: int = Field(default=9465, ge=0, le=65535)
+    """Port of the review page (its own listener, apart from ``/metrics``)."""
+    token_file: Path | None = None
+    """File holding the reviewers' shared token: sent as ``Authorization: Bearer TOKEN`` or entered once in the
+    sign-in form (which sets a Secure, HttpOnly, SameSite=Strict cookie)."""
+    trusted_proxy_header: str | None = None
+    """Header naming the signed-in reviewer, set by an authenticating proxy in front (``X-Forwarded-Email`` of
+    oauth2-proxy); believed only on connections from ``trusted_proxy_addresses``."""
+    trusted_proxy_addresses: tuple[str, ...] = ("127.0.0.1", "::1")
+    """Peer addresses whose ``trusted_proxy_header`` is believed."""
+    external_url: str | None = None
+    """Where reviewers reach the page (``https://review.example``); default ``http://host:port``. Alerts link
+    their examples here unless ``alerts.example_link_template`` says otherwise."""
+    uniform_share: float = Field(default=0.02, ge=0.0, le=1.0)
+    """Share of each rubric's conversation-level verdicts picked uniformly at random (by a hash of the result,
+    the same on every replica and restart): only their labels estimate agreement without bias."""
+    uniform_per_day: int = Field(default=20, ge=0, le=100_000)
+    """At most this many uniform picks per rubric and UTC day."""
+    failing_per_day: int = Field(default=5, ge=0, le=100_000)
+    """Failing verdicts set aside per rubric and day (besides the uniform ones)."""
+    borderline_per_day: int = Field(default=5, ge=0, le=100_000)
+    """Verdicts whose score lies within ``borderline_margin`` of the pass threshold, per rubric and day."""
+    borderline_margin: float = Field(default=0.05, ge=0.0, le=1.0)
+    """How near the threshold a score is borderline."""
+    flagged_per_day: int = Field(default=5, ge=0, le=100_000)
+    """Flagged verdicts per rubric and day: unscored, or judged on a truncated conversation."""
+    max_page_bytes: int = Field(default=2_000_000, ge=10_000, le=100_000_000)
+    """A conversation page shows at most this much trace text; longer content is cut and says so."""
+    max_connections: int = Field(default=16, ge=1, le=1024)
+    """Requests served at once; more are refused with 503."""
+    request_timeout_seconds: float = Field(default=10.0, gt=0, le=600)
+    """A connection idle this long (reading a request) is closed."""
+
+
 class CanarySettings(_Section):
     interval_seconds: float = Field(default=86400.0, ge=60.0, le=MAX_SECONDS)
     """Rubrics that name a canary set re-score it this often (default daily), within the rubric's daily budget."""
@@ -539,6 +578,7 @@ class Settings(_Section):
     replicas: ReplicaSettings = ReplicaSettings()
     retention: RetentionSettings = RetentionSettings()
     writeback: WritebackSettings = WritebackSettings()
+    review: ReviewSettings = ReviewSettings()
 
     @model_validator(mode="after")
     def _check_judge(self) -> Settings:

@@ -246,3 +246,63 @@ canary_runs_table = Table(
     Column("score_shift", Float, nullable=False),
     Column("drift", Boolean, nullable=False),
 )
+
+# Review (monitor/review/): the verdicts set aside for people each day and why (one row per result: a uniform pick
+# wins over the other reasons, so the uniform share stays an unbiased sample), people's labels (one per
+# evaluation and reviewer; the result they saw is kept, the evaluation survives re-scoring), and shadow verdicts
+# (a candidate rubric version, judge model or prompt version): kept apart from ``results``, so they never reach
+# quality metrics or alerts.
+review_queue_table = Table(
+    "review_queue", metadata,
+    Column("result_id", Integer, primary_key=True),
+    Column("rubric", String(256), nullable=False),
+    Column("agent", Text, nullable=False),
+    Column("day", String(10), nullable=False),  # UTC day the verdict was picked for (YYYY-MM-DD)
+    Column("reason", String(16), nullable=False),  # uniform | failing | borderline | flagged
+    Column("evaluated_ts", Float, nullable=False),
+    Index("ix_review_queue_rubric_day", "rubric", "day"),
+    Index("ix_review_queue_evaluated_ts", "evaluated_ts"),
+)
+review_labels_table = Table(
+    "review_labels", metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("conversation_id", Text, nullable=False),
+    Column("rubric", String(256), nullable=False),
+    Column("reviewer", String(256), nullable=False),
+    Column("result_id", Integer),  # the verdict labelled; None for a label imported for a conversation not stored
+    Column("passed", Boolean, nullable=False),
+    Column("score", Float),  # 0..1, when the label carries one (imported sets)
+    Column("dimensions", Text, nullable=False),  # JSON {dimension: 1..5 or null for not applicable}
+    Column("note", Text, nullable=False),
+    Column("labelled_ts", Float, nullable=False, index=True),
+    UniqueConstraint("conversation_id", "rubric", "reviewer", name="uq_review_label"),
+    Index("ix_review_labels_result_id", "result_id"),
+)
+# The review page's copy of a conversation as assembled from its spans (assembling a long conversation again on
+# every view would cost far more than the page: its spans repeat the history). Taken when a verdict is queued or
+# first shown, taken again when the conversation gained spans, and still shown once the spans are pruned.
+review_conversations_table = Table(
+    "review_conversations", metadata,
+    Column("conversation_id", Text, primary_key=True),
+    Column("span_count", Integer, nullable=False),
+    Column("payload", Text, nullable=False),  # the Conversation as JSON
+    Column("stored_ts", Float, nullable=False, index=True),  # pruned after retention.conversations_days
+)
+# The review page lists one rubric's current results newest first, a page at a time, at millions of rows.
+CURRENT_BY_RUBRIC_TIME = Index("ix_results_rubric_current_evaluated_ts", results_table.c.rubric,
+                               results_table.c.evaluated_ts, sqlite_where=results_table.c.current.is_(True),
+                               postgresql_where=results_table.c.current.is_(True))
+shadow_results_table = Table(
+    "shadow_results", metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("candidate", String(256), nullable=False),  # the shadow configuration's name
+    Column("conversation_id", Text, nullable=False),
+    Column("rubric", String(256), nullable=False),
+    Column("active_result_id", Integer),  # the active verdict it is compared with
+    Column("labelled", Boolean, nullable=False),  # judged because people labelled it (else a live sample)
+    Column("outcome", String(16), nullable=False),
+    Column("score", Float),
+    Column("evaluated_ts", Float, nullable=False),
+    Column("payload", Text, nullable=False),
+    UniqueConstraint("candidate", "conversation_id", "rubric", name="uq_shadow_result"),
+)

@@ -13,12 +13,16 @@ dimension:
 A statistic that is undefined on the data (κ when both raters use a single category, ρ of a constant) is
 ``None`` (JSON ``null``), never a made-up number. Labels are JSON lines (or one JSON list) of
 ``{"id": ..., "passed": true|false, "score": 0..1, "dimensions": {"<id>": 1..5}}``; ``passed`` is required,
-the rest optional. Drift canaries use the same labels and the same judging loop.
+the rest optional (other fields, such as the ``rubric``, ``reviewer`` and ``note`` of ``rubric-monitor labels
+export``, are ignored here), or CSV with columns ``id``, ``passed``, ``score`` and
+``dim:<id>``. Drift canaries use the same labels and the same judging loop.
 """
 
 from __future__ import annotations
 
 import asyncio
+import csv
+import io
 import json
 import math
 from collections.abc import Callable, Sequence
@@ -82,12 +86,49 @@ def parse_label(record: Any, where: str) -> Label:
                  dict(dimensions))
 
 
-def read_labels(path: Path) -> dict[str, Label]:
-    """Labels by conversation id, from JSON lines or one JSON list; errors name the file, line and field."""
+def csv_records(text: str, where: str) -> list[tuple[str, dict[str, Any]]]:
+    """Label records of a CSV file: columns ``id``, ``passed``, ``score`` and ``dim:<id>`` (1-5, ``na`` for not
+    applicable, empty when not scored); any other column (``rubric``, ``reviewer``, ``note``) is kept as text."""
+    records: list[tuple[str, dict[str, Any]]] = []
+    for number, row in enumerate(csv.DictReader(io.StringIO(text)), start=2):
+        record: dict[str, Any] = {}
+        dimensions: dict[str, int] = {}
+        not_applicable: list[str] = []
+        for column, value in row.items():
+            if column is None:
+                raise ConfigError(f"{where}:{number}", None, "more fields than the header names")
+            value = (value or "").strip()
+            if column.startswith("dim:"):
+                if value.lower() == "na":
+                    not_applicable.append(column[4:])
+                elif value:
+                    if not value.isdigit():
+                        raise ConfigError(f"{where}:{number}", column, f"{value!r} is not 1-5 or na")
+                    dimensions[column[4:]] = int(value)
+            elif column == "score":
+                try:
+                    record["score"] = float(value) if value else None
+                except ValueError:
+                    raise ConfigError(f"{where}:{number}", "score", f"{value!r} is not a number") from None
+            elif value or column in ("id", "passed"):
+                record[column] = value
+        record["dimensions"] = dimensions
+        if not_applicable:
+            record["not_applicable"] = not_applicable
+        records.append((f"{where}:{number}", record))
+    return records
+
+
+def label_records(path: Path) -> list[tuple[str, Any]]:
+    """(where, record) of every label in a JSON lines, JSON list or CSV (``.csv``) file."""
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(str(path), None, f"cannot read: {exc.strerror}") from exc
+    except UnicodeDecodeError:
+        raise ConfigError(str(path), None, "not UTF-8 text") from None
+    if path.suffix.lower() == ".csv":
+        return list(csv_records(text, str(path)))
     records: list[tuple[str, Any]] = []
     if text.lstrip().startswith("["):
         try:
@@ -101,8 +142,13 @@ def read_labels(path: Path) -> dict[str, Label]:
                     records.append((f"{path}:{number}", json.loads(line)))
                 except json.JSONDecodeError as exc:
                     raise ConfigError(f"{path}:{number}", None, f"not valid JSON: {exc.msg}") from exc
+    return records
+
+
+def read_labels(path: Path) -> dict[str, Label]:
+    """Labels by conversation id, from JSON lines, one JSON list or CSV; errors name the file, line and field."""
     labels: dict[str, Label] = {}
-    for where, record in records:
+    for where, record in label_records(path):
         label = parse_label(record, where)
         if label.id in labels:
             raise ConfigError(where, "id", f"conversation {label.id!r} is labelled twice")
