@@ -17,7 +17,7 @@ import pytest
 
 from monitor.errors import RubricError
 from monitor.evaluators import adaptive as adaptive_module
-from monitor.evaluators.adaptive import AdaptiveEvaluator
+from monitor.evaluators.adaptive import AdaptiveEvaluator, material_text
 from monitor.evaluators.base import EvaluationContext
 from monitor.evaluators.item_cache import InMemoryItemCache
 from monitor.evaluators.prompts import PROMPT_VERSION
@@ -55,8 +55,10 @@ def _reply(request: JudgeRequest) -> str:
     """A valid answer to whatever the request's schema asks, so every prompt of an evaluation is sent."""
     properties: dict[str, Any] = request.schema.get("properties", {})
     if request.schema_name == "rubric_items":
+        cite = material_text(request.messages[-1].content)[:40].strip()
         return json.dumps({"intents": ["change the flight"], "items": [
-            {"question": q, "importance": "high"} for q in ("Is the date right?", "Is it confirmed?", "Polite?")]})
+            {"question": q, "importance": "high", "checks": cite}
+            for q in ("Is the date right?", "Is it confirmed?", "Polite?")]})
     if request.schema_name == "rubric_item_verdicts":
         return json.dumps({i: {"reasoning": "seen", "verdict": "yes"} for i in request.schema["required"]})
     if request.schema_name == "rubric_verdict":
@@ -301,7 +303,8 @@ def test_built_in_prompts_are_versioned_and_a_prompt_change_changes_the_rubric_v
     monkeypatch.setattr(adaptive_module, "BUILTIN_METRICS", {**BUILTIN_METRICS, "general_quality": edited})
     assert builtin_version("adaptive", "general_quality") != names[0]
     assert parse_rubric({"name": "q", "kind": "adaptive"}, "q.yaml", builtin_version).version != implicit
-    assert parse_rubric({"name": "q", "kind": "adaptive", "version": "3"}, "q.yaml", builtin_version).version != explicit
+    explicit_now = parse_rubric({"name": "q", "kind": "adaptive", "version": "3"}, "q.yaml", builtin_version).version
+    assert explicit_now != explicit
     # Other metrics keep theirs.
     assert builtin_version("adaptive", "text_quality") == names[1]
 
