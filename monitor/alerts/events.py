@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from typing import Any
+from urllib.parse import quote
 
 from monitor.alerts.detector import Annotation, Verdict
 from monitor.alerts.store import Example
@@ -70,8 +71,10 @@ def example_dicts(examples: list[Example], link_template: str | None) -> list[di
         link = None
         if link_template:
             try:
-                link = link_template.format(trace_id=trace_id, operation_id=example.operation_id,
-                                            conversation_id=example.conversation_id)
+                # Ids come from traces: encoded, one cannot add a query parameter, a fragment or a path.
+                link = link_template.format(trace_id=quote(trace_id, safe=""),
+                                            operation_id=quote(example.operation_id, safe=""),
+                                            conversation_id=quote(example.conversation_id, safe=""))
             except (KeyError, IndexError, ValueError):
                 link = None  # a template with an unknown placeholder: the example is still named
         out.append({"conversation_id": example.conversation_id, "trace_id": trace_id,
