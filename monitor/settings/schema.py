@@ -61,6 +61,12 @@ class OtlpFileSourceSettings(_Section):
     """``otlp_file``: OTLP JSON lines files; ``app_insights``: Azure Application Insights / Log Analytics."""
     path: Path = Path("examples/traces")
     """A file, or a directory whose ``*.jsonl`` / ``*.json`` files are read in name order (OTLP JSON lines)."""
+    max_line_bytes: int = Field(16 * 1024 * 1024, ge=1024, le=1024 * 1024 * 1024)
+    """A longer line is skipped without being held in memory, and counted (``spans_rejected_total{reason=
+    "line_too_long"}``); an unfinished one is skipped as far as it was written, not read again every cycle."""
+    max_span_bytes: int = Field(4 * 1024 * 1024, ge=1024, le=1024 * 1024 * 1024)
+    """A span whose attributes and events hold more text than this is rejected before it is stored
+    (``spans_rejected_total{reason="span_too_large"}``)."""
 
 
 class AppInsightsCredentialSettings(_Section):

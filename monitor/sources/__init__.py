@@ -21,7 +21,8 @@ def build_source(settings: SourceSettings, metrics: MonitorMetrics) -> TraceSour
     if settings.kind == "otlp_file":
         from monitor.sources.otlp_file import OtlpFileSource
 
-        return OtlpFileSource(settings.path)
+        return OtlpFileSource(settings.path, max_line_bytes=settings.max_line_bytes,
+                              max_span_bytes=settings.max_span_bytes)
     from monitor.sources.app_insights import AppInsightsSource
 
     return AppInsightsSource(settings, metrics)
