@@ -19,6 +19,7 @@ from monitor.errors import JudgeError, JudgeRefused
 from monitor.evaluators.prompts import prompt_version
 from monitor.judge.base import ChatMessage, Judge, JudgeReply, JudgeRequest
 from monitor.models import Conversation, EvaluationResult
+from monitor.redaction import redact
 from monitor.rubrics.base import RubricBase
 from monitor.settings import JudgeSettings
 
@@ -171,7 +172,8 @@ async def ask_judge(
             # The model declined, or the endpoint rejects this very prompt (400): a final answer about this
             # conversation, unlike a transport failure, and asking again would get the same.
             usage.add(request, getattr(exc, "reply", None))
-            return Asked(None, f"refused: {exc}")
+            # The endpoint's error body may echo our key: the reason is stored and shown by `results show`.
+            return Asked(None, redact(f"refused: {exc}"))
         except JudgeError as exc:
             usage.add(request, None)
             exc.calls, exc.prompt = usage.calls, usage.prompts[-1]
@@ -182,7 +184,7 @@ async def ask_judge(
         except (InvalidReply, ValueError, TypeError, KeyError, RecursionError, OverflowError) as exc:
             problem = str(exc) or type(exc).__name__
             judge.record_invalid_reply(request.model)
-    return Asked(None, f"invalid_reply: {problem}")
+    return Asked(None, redact(f"invalid_reply: {problem}"))
 
 
 def result_fields(

@@ -11,11 +11,14 @@ reads them). Each field's docstring is its documentation; the configuration tabl
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from types import UnionType
 from typing import Annotated, Any, ClassVar, Literal, Union, get_args, get_origin
+from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import (
+    AfterValidator,
     AwareDatetime,
     BaseModel,
     ConfigDict,
@@ -30,6 +33,9 @@ from monitor.redaction import remember_secret, remember_url_password
 
 ENV_PREFIX = "RUBRIC_MONITOR_"
 
+
+CREDENTIAL_HEADER = re.compile(r"auth|key|token|secret|cookie|signature|password|credential", re.IGNORECASE)
+"""Header names whose values are credentials, redacted from logs wherever they are configured inline."""
 
 MAX_SECONDS = 366 * 86400.0
 """Longest duration any setting accepts (a year): past it a number is a typo, and ``timedelta`` overflows."""
@@ -304,9 +310,27 @@ class JudgeSettings(_Section):
 # ⑤ store, ⑥ metrics ------------------------------------------------------------------------------------------
 
 
+class SecretUrl(str):
+    """A URL that may carry a password: it is the URL wherever it is used (``str``), but its ``repr`` (what the
+    settings' own repr, a traceback's locals or a debugger print) shows ``***`` for the password."""
+
+    def __repr__(self) -> str:
+        try:
+            parts = urlsplit(self)
+            password = parts.password
+        except ValueError:
+            return "SecretUrl('***')"
+        if not password:
+            return f"SecretUrl({str.__repr__(self)})"
+        netloc = parts.netloc.rsplit("@", 1)
+        hidden = netloc[0].split(":", 1)[0] + ":***@" + netloc[1]
+        return f"SecretUrl({urlunsplit(parts._replace(netloc=hidden))!r})"
+
+
 class StoreSettings(_Section):
-    url: str = "sqlite:///rubric-monitor.db"
-    """SQLAlchemy URL: ``sqlite:///path.db`` or ``postgresql+psycopg://user@host/db``."""
+    url: Annotated[str, AfterValidator(SecretUrl)] = SecretUrl("sqlite:///rubric-monitor.db")
+    """SQLAlchemy URL: ``sqlite:///path.db`` or ``postgresql+psycopg://user@host/db``. Its password is redacted
+    from logs and hidden from the settings' repr."""
     url_file: Path | None = None
     """File holding the URL (when it carries a password)."""
     migrate: Literal["check", "auto"] = "check"
@@ -319,7 +343,7 @@ class StoreSettings(_Section):
     @classmethod
     def _remember_password(cls, value: str) -> str:
         remember_url_password(value)
-        return value
+        return SecretUrl(value)
 
 
 class RetentionSettings(_Section):
@@ -348,7 +372,12 @@ class WritebackSettings(_Section):
     endpoint: str = "http://127.0.0.1:4318/v1/logs"
     """OTLP/HTTP logs endpoint (``kind: otlp``)."""
     headers: dict[str, str] = Field(default_factory=dict)
-    """Extra HTTP headers of OTLP requests (``kind: otlp``)."""
+    """Extra HTTP headers of OTLP requests (``kind: otlp``). Values of headers named like a credential
+    (``Authorization``, ``*key*``, ``*token*``, ``*secret*``, ``Cookie``...) are redacted from logs; better, keep
+    credentials in ``headers_file``."""
+    headers_file: Path | None = None
+    """File of extra headers, one ``Name: value`` per line (a mounted secret); they add to ``headers`` and win
+    over a header of the same name. Their values are redacted from logs."""
     connection_string: SecretStr | None = None
     """Application Insights connection string (``kind: azure_monitor``)."""
     connection_string_file: Path | None = None
@@ -357,6 +386,23 @@ class WritebackSettings(_Section):
     """Events per export request; what is still queued goes in the next cycle."""
     timeout_seconds: float = Field(default=10.0, gt=0, le=3600)
     """Timeout of one export request."""
+
+    @field_validator("connection_string")
+    @classmethod
+    def _remember_connection_string(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None:
+            if "\n" in value.get_secret_value() or "\r" in value.get_secret_value():
+                raise ValueError("holds more than one line; a connection string is a single line")
+            remember_secret(value.get_secret_value())
+        return value
+
+    @field_validator("headers")
+    @classmethod
+    def _remember_headers(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, header in value.items():
+            if CREDENTIAL_HEADER.search(name):
+                remember_secret(header)
+        return value
 
 
 class ReplicaSettings(_Section):
