@@ -9,29 +9,40 @@ whole); ``/healthz`` and the CLI's error line apply it too.
 from __future__ import annotations
 
 import logging
+import re
 import threading
 from urllib.parse import unquote, urlsplit
 
 REDACTED = "[REDACTED]"
-MIN_SECRET_CHARS = 8
-"""Shorter values are not redacted: replacing every "test" in the logs would hide more than it protects, and no
-real key or password worth hiding is that short."""
+MIN_SECRET_CHARS = 4
+"""Shorter values are never redacted: a one- to three-character "secret" protects nothing, and replacing every
+"abc" or "1" in the logs would erase what they say."""
+ANYWHERE_CHARS = 8
+"""A secret this long or longer is replaced wherever it occurs. A shorter one (a 7-character database password)
+is replaced only where it stands as a token of its own, not inside a longer word or number: so a password
+``secret`` is hidden in ``password secret rejected`` and ``user:secret@host`` but ``secrets`` and
+``secret_key`` stay readable. The rule therefore never erases parts of common words, and still keeps a short
+password out of connection errors, URLs and echoed headers, where it is always delimited."""
 
 _lock = threading.Lock()
 _secrets: frozenset[str] = frozenset()
 _ordered: tuple[str, ...] = ()
+_short: re.Pattern[str] | None = None
 
 
 def remember_secret(secret: str | None) -> None:
     """Redact ``secret`` from now on (surrounding whitespace ignored)."""
-    global _secrets, _ordered
+    global _secrets, _ordered, _short
     value = (secret or "").strip()
     if len(value) < MIN_SECRET_CHARS or value in _secrets:
         return
     with _lock:
         _secrets = _secrets | {value}
         # Longest first, so a secret that contains another is replaced whole.
-        _ordered = tuple(sorted(_secrets, key=len, reverse=True))
+        _ordered = tuple(s for s in sorted(_secrets, key=len, reverse=True) if len(s) >= ANYWHERE_CHARS)
+        short = sorted((s for s in _secrets if len(s) < ANYWHERE_CHARS), key=len, reverse=True)
+        _short = re.compile(r"(?<![A-Za-z0-9_])(?:" + "|".join(map(re.escape, short)) + r")(?![A-Za-z0-9_])") \
+            if short else None
 
 
 def remember_url_password(url: str) -> None:
@@ -46,18 +57,27 @@ def remember_url_password(url: str) -> None:
 
 
 def redact(text: str) -> str:
-    """``text`` with every remembered secret replaced by ``[REDACTED]``."""
+    """``text`` with every remembered secret replaced by ``[REDACTED]`` (short ones as whole tokens: see
+    ``ANYWHERE_CHARS``)."""
     for secret in _ordered:
         if secret in text:
             text = text.replace(secret, REDACTED)
-    return text
+    short = _short
+    return text if short is None else short.sub(REDACTED, text)
+
+
+def forget_secrets() -> None:
+    """Forget every secret (tests)."""
+    global _secrets, _ordered, _short
+    with _lock:
+        _secrets, _ordered, _short = frozenset(), (), None
 
 
 class RedactingFilter(logging.Filter):
     """Rewrites each record's message (arguments and traceback included) with secrets redacted."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if not _ordered:
+        if not _ordered and _short is None:
             return True
         message = record.getMessage()
         if record.exc_info and not record.exc_text:

@@ -31,6 +31,7 @@ from monitor import __version__
 from monitor.errors import ConfigError, StoreError
 from monitor.metrics.runtime import RuntimeMetrics
 from monitor.models import EvaluationResult, SpanRecord
+from monitor.redaction import remember_secret
 from monitor.settings import WritebackSettings, read_secret
 from monitor.store.sql import SqlStore
 
@@ -42,6 +43,31 @@ _SCOPE = InstrumentationScope("rubric-monitor", __version__)
 _RESOURCE = Resource.create({"service.name": "rubric-monitor", "service.version": __version__})
 
 
+def writeback_headers(settings: WritebackSettings) -> dict[str, str]:
+    """``headers`` plus those of ``headers_file`` (one ``Name: value`` per line; blank lines and ``#`` comments
+    skipped), whose values are remembered as secrets: they are a mounted secret's."""
+    headers = dict(settings.headers)
+    if settings.headers_file is None:
+        return headers
+    where = str(settings.headers_file)
+    try:
+        text = settings.headers_file.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(where, "writeback.headers_file", f"cannot read: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(where, "writeback.headers_file", "is not UTF-8 text") from None
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        name, colon, value = line.partition(":")
+        if not colon or not name.strip() or not value.strip():
+            # The line is not echoed: it may be a credential.
+            raise ConfigError(where, "writeback.headers_file", f"line {number} is not `Name: value`")
+        remember_secret(value.strip())
+        headers[name.strip()] = value.strip()
+    return headers
+
+
 def build_exporter(settings: WritebackSettings) -> LogRecordExporter | None:
     """The configured exporter, or None when write-back is off. ``ConfigError`` when its package is missing."""
     if settings.kind == "off":
@@ -51,7 +77,7 @@ def build_exporter(settings: WritebackSettings) -> LogRecordExporter | None:
             from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
         except ImportError as exc:
             raise ConfigError("settings", "writeback.kind", "otlp needs `pip install rubric-monitor[otlp]`") from exc
-        return OTLPLogExporter(endpoint=settings.endpoint, headers=dict(settings.headers),
+        return OTLPLogExporter(endpoint=settings.endpoint, headers=writeback_headers(settings),
                                timeout=settings.timeout_seconds)
     connection = read_secret(settings.connection_string, settings.connection_string_file,
                              "writeback.connection_string_file")

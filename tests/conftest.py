@@ -7,8 +7,23 @@ import shutil
 from pathlib import Path
 
 import pytest
+from hypothesis import settings as hypothesis_settings
 
 REPO = Path(__file__).resolve().parents[1]
+
+# Property tests in CI (CI=true, set by .ci/run) are derandomised: a run is reproducible, a failure is the same
+# failure on a rerun, and its reproduction blob is printed. Locally they keep exploring new examples each run.
+HYPOTHESIS_PROFILE = "ci" if os.environ.get("CI", "").lower() in ("1", "true") else "dev"
+hypothesis_settings.register_profile("ci", derandomize=True, print_blob=True, deadline=None)
+hypothesis_settings.register_profile("dev")
+hypothesis_settings.load_profile(HYPOTHESIS_PROFILE)
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    current = hypothesis_settings.default
+    seed = config.getoption("hypothesis_seed", None)
+    return (f"hypothesis profile '{HYPOTHESIS_PROFILE}': derandomize={current.derandomize}, "
+            f"seed={seed if seed is not None else ('fixed per test' if current.derandomize else 'random')}")
 # Public corpora copied into the repository with their licences (tests/data/corpora/*/LICENSE and SOURCE.md), so a
 # fresh clone runs every test with nothing beside it.
 CORPORA = REPO / "tests" / "data" / "corpora"

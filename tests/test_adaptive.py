@@ -56,7 +56,7 @@ def scripted(verdicts: Callable[[Recorded], list[bool]], questions: tuple[str, .
              ) -> Callable[[Recorded], Reply]:
     def handler(request: Recorded) -> Reply:
         if schema_name(request) == "rubric_items":
-            return items_reply(*questions)
+            return items_reply(request, *questions)
         return verdicts_reply(request, verdicts(request))
     return handler
 
@@ -208,8 +208,8 @@ def test_multi_turn_task_success_records_the_users_goals() -> None:
     def handler(request: Recorded) -> Reply:
         if schema_name(request) == "rubric_items":
             assert "intents" in request.body["messages"][0]["content"]
-            return items_reply("Is the table booked?", "Is the booking confirmed?", "Is the time right?",
-                               intents=["book a table", "confirm it"])
+            return items_reply(request, "Is the table booked?", "Is the booking confirmed?",
+                               "Is the time right?", intents=["book a table", "confirm it"])
         return verdicts_reply(request, [True, True, True])
 
     dialogue = conversation(text("user", "I need a table."), text("assistant", "For how many?"),
@@ -234,7 +234,7 @@ def test_turn_level_rubric_scores_every_reply() -> None:
 def test_an_invalid_validation_reply_is_retried_once_then_unscored() -> None:
     def handler(request: Recorded) -> Reply:
         if schema_name(request) == "rubric_items":
-            return items_reply(*QUESTIONS)
+            return items_reply(request, *QUESTIONS)
         return completion(json.dumps({"item_1": {"reasoning": "only one", "verdict": "yes"}}))
 
     with ScriptedOpenAIServer(handler) as server:
@@ -254,7 +254,7 @@ def test_an_unreachable_judge_propagates_and_nothing_is_cached() -> None:
             calls["generation"] += 1
             if calls["generation"] == 1:
                 return error(500, "boom")
-            return items_reply(*QUESTIONS)
+            return items_reply(request, *QUESTIONS)
         return verdicts_reply(request, [True, True, True])
 
     evaluator = AdaptiveEvaluator(InMemoryItemCache())
@@ -274,12 +274,12 @@ def test_an_unreachable_judge_propagates_and_nothing_is_cached() -> None:
 
 
 def test_an_invalid_generation_is_unscored_and_not_cached() -> None:
-    replies = iter([completion('{"intents": [], "items": []}'), completion("no json at all"),
-                    items_reply(*QUESTIONS)])
+    replies = iter([lambda _: completion('{"intents": [], "items": []}'), lambda _: completion("no json at all"),
+                    lambda request: items_reply(request, *QUESTIONS)])
 
     def handler(request: Recorded) -> Reply:
         if schema_name(request) == "rubric_items":
-            return next(replies)
+            return next(replies)(request)
         return verdicts_reply(request, [True, True, True])
 
     with ScriptedOpenAIServer(handler) as server:
@@ -324,7 +324,7 @@ def test_every_kind_reports_through_the_metric_catalog(tmp_path: Path) -> None:
     def handler(request: Recorded) -> Reply:
         name = schema_name(request)
         if name == "rubric_items":
-            return items_reply("Is the secret item text answered?", "Is it polite?", "Is it complete?")
+            return items_reply(request, "Is the secret item text answered?", "Is it polite?", "Is it complete?")
         if name == "rubric_item_verdicts":
             return verdicts_reply(request, [True, False, True])
         reply = re.search(r"<reply>\n(.*)\n</reply>", user_prompt(request), re.DOTALL)

@@ -3,18 +3,16 @@ PostgreSQL too."""
 
 from __future__ import annotations
 
-import os
 import shutil
 from datetime import timedelta
 from pathlib import Path
 
-import pytest
 from prometheus_client import CollectorRegistry
 
 from monitor.settings import AlertSettings
 from monitor.store.sql import SqlStore
 from tests.fakes.receiver import Receiver
-from tests.helpers import fresh_postgres, run_cli, write_config
+from tests.helpers import fresh_postgres, require_postgres, run_cli, write_config
 from tests.test_alerts_service import NOW, degraded_db, seed, service  # noqa: F401 - degraded_db is a fixture
 
 
@@ -76,10 +74,8 @@ def test_notify_test_sends_through_one_notifier(tmp_path: Path) -> None:
         assert len(receiver.received) == 1
 
 
-@pytest.mark.skipif(not os.environ.get("RUBRIC_MONITOR_TEST_POSTGRES_URL"),
-                    reason="no PostgreSQL (set RUBRIC_MONITOR_TEST_POSTGRES_URL)")
 def test_alert_counts_and_state_on_postgresql() -> None:
-    store = SqlStore(fresh_postgres(os.environ["RUBRIC_MONITOR_TEST_POSTGRES_URL"]))
+    store = SqlStore(fresh_postgres(require_postgres()))
     try:
         seed(store, NOW - timedelta(days=7), 60, 10, timedelta(days=6))
         seed(store, NOW - timedelta(minutes=40), 40, 2, timedelta(minutes=39))

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -133,6 +132,16 @@ def evaluations(daemon: Daemon) -> float:
     return sum(v for _, v in samples(daemon.metrics(), "rubric_monitor_evaluations_total"))
 
 
+def in_window(daemon: Daemon, window: str) -> float:
+    """Scored evaluations the daemon counts in ``window`` (its rolling-window gauge)."""
+    return sum(v for labels, v in samples(daemon.metrics(), "rubric_monitor_scored_evaluations")
+               if labels.get("window") == window)
+
+
+def cycles_done(daemon: Daemon) -> float:
+    return sum(v for _, v in samples(daemon.metrics(), "rubric_monitor_cycles_total"))
+
+
 def hook_alerts(receiver: Receiver, alertname: str, status: str) -> list[dict[str, Any]]:
     return [alert for r in receiver.on("/am-hook") for alert in r.json["alerts"]
             if alert["labels"]["alertname"] == alertname and alert["status"] == status]
@@ -157,8 +166,11 @@ def test_a_quality_drop_alerts_through_alertmanager_and_prometheus_and_recovers(
         # Baseline: 60 conversations at 90 %, then out of the 15 s window.
         write_stream(traces, "a-baseline", 60, 1, 100)
         wait_for(lambda: evaluations(daemon) >= 63, 90, "the baseline to be scored")
-        time.sleep(16)
-        assert hook_alerts(receiver, "RubricRegression", "firing") == []
+        wait_for(lambda: in_window(daemon, "15s") == 0, 90, "the baseline to leave the 15 s window")
+        after = cycles_done(daemon)
+        wait_for(lambda: cycles_done(daemon) >= after + 2, 90, "the detector to run on the empty window")
+        assert events(receiver, "firing") == []  # the daemon sent nothing ...
+        assert hook_alerts(receiver, "RubricRegression", "firing") == []  # ... and Alertmanager passed nothing on
 
         # The drop: 40 conversations at 30 %.
         write_stream(traces, "b-drop", 40, 7, 200)

@@ -23,7 +23,7 @@ from monitor.trust.agreement import agreement, best_threshold, cohen_kappa, conf
 from tests.conftest import TAU_BENCH
 from tests.fakes.openai_server import Recorded, Reply, ScriptedOpenAIServer, completion
 from tests.helpers import judge_config, requested_dimensions, write_config
-from tests.vertex_judging import item_ids, schema_name, user_prompt
+from tests.vertex_judging import cited, item_ids, schema_name, user_prompt
 from tools.tau_calibration_set import calibration_records, write_jsonl
 
 WRITE_TOOLS = re.compile(r"book_reservation|cancel_reservation|update_reservation_\w+")
@@ -45,7 +45,7 @@ def judge(request: Recorded) -> Reply:
     prompt = user_prompt(request)
     if name == "rubric_items":
         return completion(json.dumps({"intents": ["the user's task"], "items": [
-            {"question": q, "importance": "high"} for q in
+            {"question": q, "importance": "high", "checks": cited(request)} for q in
             ("Was the user's task completed?", "Was the outcome confirmed?", "Was policy respected?")]}))
     if name == "rubric_item_verdicts":
         succeeded = bool(RENDERED_WRITE.search(prompt))

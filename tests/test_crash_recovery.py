@@ -129,7 +129,8 @@ def test_kill_9_during_turn_level_scoring_loses_and_doubles_nothing(tmp_path: Pa
         daemon = Daemon(config, tmp_path, port)
         try:
             wait_for(lambda: set(rows.all()) >= expected, 90, "every expected turn result")
-            time.sleep(2.5)  # two more cycles: nothing more, nothing doubled
+            after = daemon.cycles()  # two more cycles, counted: nothing more, nothing doubled
+            wait_for(lambda: daemon.cycles() >= after + 2, 60, "two more cycles")
         finally:
             assert daemon.stop() == 0, daemon.log.read_text()[-3000:]
     final = rows.all()

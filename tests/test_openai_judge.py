@@ -264,17 +264,19 @@ def test_429_without_retry_after_waits_for_the_x_ratelimit_reset() -> None:
 def test_a_429_pauses_other_callers_too() -> None:
     with ScriptedOpenAIServer(sequence(rate_limited(1), completion(GOOD))) as server:
 
+        metrics = new_metrics()
+
         async def use(judge: OpenAIJudge) -> list[JudgeReply]:
             first = asyncio.create_task(judge.complete(REQUEST))
-            for _ in range(100):
-                if server.count:
-                    break
-                await asyncio.sleep(0.01)
-            await asyncio.sleep(0.2)  # the first call has seen its 429 by now
+            # Wait until the first call has seen its 429 (it counts the retry as it starts its pause), not for a
+            # time that a loaded machine may overrun.
+            while sample(metrics, "rubric_monitor_judge_retries_total", model=MODEL, reason="rate_limited") < 1:
+                assert not first.done(), first
+                await asyncio.sleep(0.005)
             second = await judge.complete(REQUEST)
             return [await first, second]
 
-        replies = with_judge(settings_for(server), new_metrics(), use)
+        replies = with_judge(settings_for(server), metrics, use)
 
     assert [r.text for r in replies] == [GOOD, GOOD]
     limited_at = server.requests[0].received_at
@@ -297,12 +299,12 @@ def test_429_past_the_retries_raises_rate_limited() -> None:
     ids=["insufficient_quota", "retry_after_an_hour"],
 )
 def test_429_that_waiting_cannot_fix_fails_at_once(refusal: Reply) -> None:
+    metrics = new_metrics()
     with ScriptedOpenAIServer(lambda _: refusal) as server:
-        started = time.monotonic()
         with pytest.raises(JudgeRateLimited):
-            complete_once(settings_for(server), new_metrics())
-    assert server.count == 1
-    assert time.monotonic() - started < 2.0
+            complete_once(settings_for(server), metrics)
+    assert server.count == 1  # failed at once: no retry, so no wait for one
+    assert sample(metrics, "rubric_monitor_judge_retries_total", model=MODEL, reason="rate_limited") == 0
 
 
 def test_a_spent_quota_fails_every_call_at_once_without_a_request_until_its_reset() -> None:
@@ -322,21 +324,18 @@ def test_a_spent_quota_fails_every_call_at_once_without_a_request_until_its_rese
     with ScriptedOpenAIServer(handler) as server:
         metrics = new_metrics()
 
-        async def use(judge: OpenAIJudge) -> tuple[list[BaseException | JudgeReply], float, JudgeReply]:
+        async def use(judge: OpenAIJudge) -> tuple[list[BaseException | JudgeReply], JudgeReply]:
             with pytest.raises(JudgeRateLimited, match="0.3"):
                 await judge.complete(REQUEST)
-            started = time.monotonic()
             blocked = await asyncio.gather(*(judge.complete(REQUEST) for _ in range(20)), return_exceptions=True)
-            blocked_for = time.monotonic() - started
-            assert server.count == 1  # no request while the quota is spent
+            assert server.count == 1  # no request while the quota is spent (so no wait for one either)
             await asyncio.sleep(reset_at[0] - time.monotonic() + 0.3)
-            return blocked, blocked_for, await judge.complete(REQUEST)
+            return blocked, await judge.complete(REQUEST)
 
-        blocked, blocked_for, reply = with_judge(settings_for(server, max_retry_wait_seconds=0.3), metrics, use)
+        blocked, reply = with_judge(settings_for(server, max_retry_wait_seconds=0.3), metrics, use)
 
     assert all(isinstance(b, JudgeRateLimited) for b in blocked)
     assert "no judge calls until" in str(blocked[0])
-    assert blocked_for < 0.2
     assert reply.text == GOOD and server.count == 2  # after the reset, calls flow again
     # What the endpoint saw (one 429, one success); the 20 calls refused locally are counted apart.
     assert requests_with(metrics, "rate_limited") == 1 and requests_with(metrics, "ok") == 1
@@ -352,10 +351,11 @@ def test_a_429_for_a_quota_not_spent_is_retried_after_a_backoff_not_after_its_fu
     })
     with ScriptedOpenAIServer(sequence(limited, completion(GOOD))) as server:
         metrics = new_metrics()
-        started = time.monotonic()
         reply = complete_once(settings_for(server), metrics)
     assert reply.text == GOOD and server.count == 2
-    assert time.monotonic() - started < 2.0
+    first, second = server.requests
+    # Retried after the requests' 120 ms, not after the tokens' 6 minutes (a minute's margin: no clock race).
+    assert second.received_at - first.received_at < 60
     assert sample(metrics, "rubric_monitor_judge_retries_total", model=MODEL, reason="rate_limited") == 1
 
 
@@ -388,7 +388,7 @@ def test_a_hang_past_the_timeout_raises_timeout_and_does_not_hang() -> None:
         with pytest.raises(JudgeTimeout):
             complete_once(settings_for(server, timeout_seconds=0.3, max_retries=1), metrics)
         elapsed = time.monotonic() - started
-    assert elapsed < 2.0
+    assert elapsed < 10  # returned before the endpoint would have answered: the timeout, not the reply, ended it
     assert server.count == 2
     assert requests_with(metrics, "timeout") == 1
     assert sample(metrics, "rubric_monitor_judge_retries_total", model=MODEL, reason="timeout") == 1

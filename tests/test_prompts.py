@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from monitor.errors import RubricError
-from monitor.evaluators.adaptive import AdaptiveEvaluator, adaptive_prompt_texts
+from monitor.evaluators.adaptive import AdaptiveEvaluator, adaptive_prompt_texts, material_text
 from monitor.evaluators.base import EvaluationContext
 from monitor.evaluators.item_cache import InMemoryItemCache
 from monitor.evaluators.prompts import PROMPT_VERSION, fingerprint
@@ -55,8 +55,10 @@ def _reply(request: JudgeRequest) -> str:
     """A valid answer to whatever the request's schema asks, so every prompt of an evaluation is sent."""
     properties: dict[str, Any] = request.schema.get("properties", {})
     if request.schema_name == "rubric_items":
+        cite = material_text(request.messages[-1].content)[:40].strip()
         return json.dumps({"intents": ["change the flight"], "items": [
-            {"question": q, "importance": "high"} for q in ("Is the date right?", "Is it confirmed?", "Polite?")]})
+            {"question": q, "importance": "high", "checks": cite}
+            for q in ("Is the date right?", "Is it confirmed?", "Polite?")]})
     if request.schema_name == "rubric_item_verdicts":
         return json.dumps({i: {"reasoning": "seen", "verdict": "yes"} for i in request.schema["required"]})
     if request.schema_name == "rubric_verdict":

@@ -13,6 +13,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
+from monitor.evaluators.adaptive import material_text
 from monitor.evaluators.base import EvaluationContext
 from monitor.judge.openai_judge import OpenAIJudge
 from monitor.metrics import MonitorMetrics
@@ -38,10 +39,15 @@ def user_prompt(request: Recorded) -> str:
     return str(request.body["messages"][-1]["content"])
 
 
-def items_reply(*questions: str, intents: Sequence[str] = ()) -> Reply:
+def cited(request: Recorded) -> str:
+    """What a generated item quotes of its request's material: its opening words (whatever the request)."""
+    return material_text(user_prompt(request))[:40].strip()
+
+
+def items_reply(request: Recorded, *questions: str, intents: Sequence[str] = ()) -> Reply:
     return completion(json.dumps({
         "intents": list(intents),
-        "items": [{"question": q, "importance": "high"} for q in questions],
+        "items": [{"question": q, "importance": "high", "checks": cited(request)} for q in questions],
     }))
 
 
@@ -105,7 +111,8 @@ def vertex_judge(request: Recorded) -> Reply:
     """Answers each kind's request as its schema asks: items, item verdicts, safety policies, weighted verdicts."""
     name = schema_name(request)
     if name == "rubric_items":
-        return items_reply("Does the reply confirm the action taken?", "Does the reply name the reservation?")
+        return items_reply(request, "Does the reply confirm the action taken?",
+                           "Does the reply name the reservation?", "Is the reply polite?")
     if name == "rubric_item_verdicts":
         return completion(json.dumps({i: {"reasoning": "seen", "verdict": "yes"} for i in item_ids(request)}))
     if name == "final_response_match_verdict":

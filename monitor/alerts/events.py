@@ -71,8 +71,10 @@ def example_dicts(examples: list[Example], link_template: str | None) -> list[di
         link = None
         if link_template:
             try:
-                link = link_template.format(trace_id=trace_id, operation_id=example.operation_id,
-                                            conversation_id=example.conversation_id,
+                # Ids come from traces: encoded, one cannot add a query parameter, a fragment or a path.
+                link = link_template.format(trace_id=quote(trace_id, safe=""),
+                                            operation_id=quote(example.operation_id, safe=""),
+                                            conversation_id=quote(example.conversation_id, safe=""),
                                             conversation_id_url=quote(example.conversation_id, safe=""))
             except (KeyError, IndexError, ValueError):
                 link = None  # a template with an unknown placeholder: the example is still named

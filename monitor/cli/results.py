@@ -18,6 +18,7 @@ from typing import Any, TextIO
 from monitor.cli.common import config_arg
 from monitor.errors import ConfigError
 from monitor.models import EvaluationResult, as_utc, utc_now
+from monitor.redaction import redact
 from monitor.settings import Settings, load_settings
 from monitor.store.sql import SqlStore
 from monitor.store.url import store_url
@@ -196,4 +197,5 @@ def _describe(r: EvaluationResult) -> str:
             lines.append(message.get("content", ""))
         lines.append("--- judge reply ---")
         lines.append(r.raw_reply or "(none)")
-    return "\n".join(lines)
+    # A reason stored by an earlier release may hold a key an endpoint echoed back.
+    return redact("\n".join(lines))

@@ -7,19 +7,28 @@
   Degraded is not dead: the daemon keeps retrying every cycle. ``warnings`` lists what does not fail the probe
   but makes the numbers suspect (embedded judge in production, judge drift).
 - ``/readyz``: 200 when the store answers and the source's last read succeeded; 503 naming which is unreachable.
+
+Every endpoint is served by ``BoundedHTTPServer``, which cannot be held or exhausted by clients that send slowly
+or too much (see its docstring); another endpoint (a receiver, a page) only brings its handler class.
 """
 
 from __future__ import annotations
 
 import errno
+import io
 import json
 import logging
+import re
+import selectors
 import socket
 import threading
+import time
+from collections import Counter
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 from monitor.errors import ConfigError
@@ -82,11 +91,232 @@ class HealthState:
         return now - reference <= self.interval * 3 + timedelta(minutes=5)
 
 
+@dataclass(frozen=True)
+class HTTPLimits:
+    """What one client can take from a ``BoundedHTTPServer``."""
+
+    max_pending: int = 512
+    """Connections whose request has not fully arrived, held at once; a new one beyond this drops the oldest."""
+    max_request_bytes: int = 64 * 1024
+    """Request line, headers and body together; more is answered 413 and closed."""
+    header_timeout_seconds: float = 10.0
+    """Time from connecting to a complete request (however slowly its bytes trickle in); then closed."""
+    write_timeout_seconds: float = 30.0
+    """A worker waits this long on a client that does not read its reply."""
+    workers: int = 4
+    """Threads answering complete requests."""
+    max_queued: int = 64
+    """Complete requests waiting for a worker; beyond this a request is answered 503 at once."""
+
+
+_HEAD_END = b"\r\n\r\n"
+_CONTENT_LENGTH = re.compile(rb"^content-length:[ \t]*(\d+)[ \t]*\r?$", re.IGNORECASE | re.MULTILINE)
+
+
+@dataclass
+class _Pending:
+    connection: socket.socket
+    address: Any
+    deadline: float
+    buffer: bytearray = field(default_factory=bytearray)
+
+
+class BoundedRequestHandler(BaseHTTPRequestHandler):
+    """A handler of ``BoundedHTTPServer``: the request has been read in full before it runs (``rfile`` is that
+    buffer), one request per connection (HTTP/1.0 replies close it)."""
+
+    def setup(self) -> None:
+        connection, preread = self.request
+        self.request = connection
+        super().setup()
+        self.rfile = io.BytesIO(preread)
+
+
+class BoundedHTTPServer:
+    """An HTTP server that cannot be held or exhausted.
+
+    One selector thread accepts connections and reads each request (line, headers and ``Content-Length`` body)
+    without blocking; only a complete request reaches one of ``limits.workers`` threads, which runs the handler.
+    So a slow-loris client (a request sent a byte at a time, or never finished) costs a socket and a buffer of at
+    most ``max_request_bytes``, never a thread; it is closed after ``header_timeout_seconds``, and when
+    ``max_pending`` are waiting the oldest is dropped, so a scrape always gets in. Each drop is counted in
+    ``dropped`` by reason (``read_timeout``, ``too_many_pending``, ``too_large``, ``busy``) and reported through
+    ``on_drop``. ``handler`` is any ``BaseHTTPRequestHandler`` subclass (its ``setup`` is replaced to read the
+    buffered request)."""
+
+    def __init__(self, host: str, port: int, handler: type[BaseHTTPRequestHandler], limits: HTTPLimits | None = None,
+                 name: str = "http", on_drop: Callable[[str], None] | None = None) -> None:
+        self.limits = limits or HTTPLimits()
+        self._handler: type[BaseHTTPRequestHandler] = type(
+            f"Bounded{handler.__name__}", (BoundedRequestHandler, handler), {"protocol_version": "HTTP/1.0"})
+        self._on_drop = on_drop
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self._listener = socket.create_server((host, port), family=family, backlog=128)
+        self._listener.setblocking(False)
+        self._wake_read, self._wake_write = socket.socketpair()
+        self._selector = selectors.DefaultSelector()
+        self._pending: dict[socket.socket, _Pending] = {}  # insertion order = deadline order
+        self._queued = 0
+        self._lock = threading.Lock()
+        self._stopping = False
+        self.dropped: Counter[str] = Counter()
+        self._workers = ThreadPoolExecutor(self.limits.workers, thread_name_prefix=f"{name}-worker")
+        self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
+
+    @property
+    def address(self) -> tuple[str, int]:
+        host, port = self._listener.getsockname()[:2]
+        return str(host), int(port)
+
+    @property
+    def pending(self) -> int:
+        """Connections whose request has not fully arrived."""
+        with self._lock:
+            return len(self._pending)
+
+    @property
+    def buffered_bytes(self) -> int:
+        with self._lock:
+            return sum(len(p.buffer) for p in self._pending.values())
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def close(self) -> None:
+        self._stopping = True
+        self._wake_write.send(b"x")
+        if self._thread.is_alive():
+            self._thread.join()
+        self._workers.shutdown(wait=True)
+        for pending in list(self._pending.values()):
+            self._forget(pending)
+        self._selector.close()
+        self._listener.close()
+        self._wake_read.close()
+        self._wake_write.close()
+
+    def _serve(self) -> None:
+        self._selector.register(self._listener, selectors.EVENT_READ, None)
+        self._selector.register(self._wake_read, selectors.EVENT_READ, None)
+        while not self._stopping:
+            with self._lock:
+                oldest = next(iter(self._pending.values()), None)
+            timeout = None if oldest is None else max(0.0, oldest.deadline - time.monotonic())
+            for key, _ in self._selector.select(timeout):
+                if key.fileobj is self._listener:
+                    self._accept()
+                elif key.fileobj is not self._wake_read:
+                    self._read(key.data)
+            self._expire()
+
+    def _accept(self) -> None:
+        for _ in range(64):  # a burst of connections, without starving the reads
+            try:
+                connection, address = self._listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:  # out of file descriptors: the client waits in the backlog
+                log.warning("http: cannot accept a connection: %s", exc)
+                return
+            connection.setblocking(False)
+            with self._lock:
+                while len(self._pending) >= self.limits.max_pending:
+                    self._drop(next(iter(self._pending.values())), "too_many_pending")
+                pending = _Pending(connection, address, time.monotonic() + self.limits.header_timeout_seconds)
+                self._pending[connection] = pending
+            self._selector.register(connection, selectors.EVENT_READ, pending)
+
+    def _read(self, pending: _Pending) -> None:
+        try:
+            chunk = pending.connection.recv(65536)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            chunk = b""
+        with self._lock:
+            if not chunk:
+                self._forget(pending)
+                return
+            pending.buffer += chunk
+            if len(pending.buffer) > self.limits.max_request_bytes:
+                self._drop(pending, "too_large", b"413 Request Entity Too Large")
+                return
+            head_end = pending.buffer.find(_HEAD_END)
+            if head_end < 0:
+                return
+            length = _CONTENT_LENGTH.search(bytes(pending.buffer[:head_end]))
+            needed = head_end + len(_HEAD_END) + (int(length.group(1)) if length else 0)
+            if needed > self.limits.max_request_bytes:
+                self._drop(pending, "too_large", b"413 Request Entity Too Large")
+                return
+            if len(pending.buffer) < needed:
+                return
+            if self._queued >= self.limits.max_queued:
+                self._drop(pending, "busy", b"503 Service Unavailable")
+                return
+            self._forget(pending, close=False)
+            self._queued += 1
+        self._workers.submit(self._handle, pending)
+
+    def _handle(self, pending: _Pending) -> None:
+        connection = pending.connection
+        try:
+            connection.setblocking(True)
+            connection.settimeout(self.limits.write_timeout_seconds)
+            self._handler((connection, bytes(pending.buffer)), pending.address, self)  # type: ignore[arg-type]
+        except OSError as exc:  # the client went away or stopped reading
+            log.debug("http: reply not delivered: %s", exc)
+        except Exception:
+            log.exception("http: handler failed")
+        finally:
+            with self._lock:
+                self._queued -= 1
+            _close(connection)
+
+    def _expire(self) -> None:
+        now = time.monotonic()
+        with self._lock:
+            expired = [p for p in self._pending.values() if p.deadline <= now]
+            for pending in expired:
+                self._drop(pending, "read_timeout", b"408 Request Timeout")
+
+    def _drop(self, pending: _Pending, reason: str, reply: bytes | None = None) -> None:
+        """Close a connection whose request will not be served (called with the lock held)."""
+        if reply is not None:
+            try:  # a best-effort status line: the client learns why; never waits on it
+                pending.connection.send(b"HTTP/1.0 " + reply + b"\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+            except OSError:
+                pass
+        self._forget(pending)
+        self.dropped[reason] += 1
+        log.debug("http: dropped a connection from %s: %s", pending.address, reason)
+        if self._on_drop is not None:
+            self._on_drop(reason)
+
+    def _forget(self, pending: _Pending, close: bool = True) -> None:
+        self._pending.pop(pending.connection, None)
+        try:
+            self._selector.unregister(pending.connection)
+        except (KeyError, ValueError):
+            pass
+        if close:
+            _close(pending.connection)
+
+
+def _close(connection: socket.socket) -> None:
+    try:
+        connection.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    connection.close()
+
+
 class MonitorHTTPServer:
     """Serves ``/metrics``, ``/livez``, ``/healthz`` and ``/readyz`` on a background thread."""
 
     def __init__(self, host: str, port: int, exposition: Exposition, health: HealthState,
-                 ready: Callable[[], str | None]) -> None:
+                 ready: Callable[[], str | None], limits: HTTPLimits | None = None,
+                 on_drop: Callable[[str], None] | None = None) -> None:
         outer_exposition, outer_health, outer_ready = exposition, health, ready
 
         class Handler(BaseHTTPRequestHandler):
@@ -130,21 +360,17 @@ class MonitorHTTPServer:
                 else:
                     self._json(404, {"error": f"no such path {path!r}"})
 
-        self._server = ThreadingHTTPServer((host, port), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, name="metrics-http", daemon=True)
+        self.http = BoundedHTTPServer(host, port, Handler, limits, name="metrics-http", on_drop=on_drop)
 
     @property
     def address(self) -> tuple[str, int]:
-        host, port = self._server.server_address[:2]
-        return str(host), int(port)
+        return self.http.address
 
     def start(self) -> None:
-        self._thread.start()
+        self.http.start()
 
     def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        self.http.close()
 
 
 def check_metrics_host(settings: MetricsSettings) -> None:

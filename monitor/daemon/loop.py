@@ -70,7 +70,8 @@ def run_daemon(settings: Settings, once: bool = False, results_command: str = "r
     try:
         server = MonitorHTTPServer(settings.metrics.host, settings.metrics.port,
                                    exposition(monitor), monitor.health,
-                                   lambda: readiness_problem(monitor))
+                                   lambda: readiness_problem(monitor),
+                                   on_drop=lambda reason: monitor.metrics.http_connections_dropped.labels(reason).inc())
     except OSError as exc:
         monitor.close()
         raise listen_error(settings.metrics, exc) from None

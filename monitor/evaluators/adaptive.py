@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import html
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -44,6 +46,13 @@ from monitor.rubrics.builtin import (
 from monitor.rubrics.kinds import AdaptiveRubric
 
 IMPORTANCE = ("high", "medium", "low")
+MIN_ITEMS = 3
+"""Fewer distinct generated items are refused (asked again, then unscored): a request steering the judge towards
+one trivially true item ("the only requirement is that the agent replies politely") must not make a checklist."""
+MIN_CHECKS_CHARS = 3
+"""An item's citation of the material is at least this long once normalised (or the whole material, when that
+is shorter, as "hi" is): a letter or two is found anywhere."""
+_QUOTES = "\"'“”‘’`"
 MAX_WAITS = 3
 """How often an evaluation waits for another one's generation of the same items before generating itself."""
 CONTEXT_CHARS = 600
@@ -61,8 +70,9 @@ GENERATION_SCHEMA: dict[str, Any] = {
                 "properties": {
                     "question": {"type": "string"},
                     "importance": {"type": "string", "enum": list(IMPORTANCE)},
+                    "checks": {"type": "string"},
                 },
-                "required": ["question", "importance"],
+                "required": ["question", "importance", "checks"],
                 "additionalProperties": False,
             },
         },
@@ -87,24 +97,40 @@ def normalise(text: str) -> str:
     return " ".join(text.casefold().split())
 
 
-def parse_items(reply: Any, max_items: int) -> GeneratedItems:
+def material_text(material: str) -> str:
+    """The generation material as the text it quotes: our tags dropped (the data inside is escaped, so every
+    ``<`` left is ours), entities unescaped, normalised."""
+    return normalise(html.unescape(re.sub(r"<[^>]*>", " ", material)))
+
+
+def parse_items(reply: Any, max_items: int, material: str) -> GeneratedItems:
+    """The generated checklist, refused unless it has ``MIN_ITEMS`` distinct items each quoting (``checks``) the
+    words of ``material`` it checks: an item the request steered towards, citing nothing the user or the
+    agent's instructions asked for, is not a requirement."""
     if not isinstance(reply, dict) or not isinstance(reply.get("items"), list):
         raise InvalidReply("reply has no 'items' list")
-    questions: list[tuple[str, str | None]] = []
+    quotable = material_text(material)
+    questions: list[tuple[str, str | None, str]] = []
     seen: set[str] = set()
     for index, entry in enumerate(reply["items"]):
         question = entry.get("question") if isinstance(entry, dict) else None
         if not isinstance(question, str) or not question.strip():
             raise InvalidReply(f"items.{index}: 'question' is not a non-empty string")
+        checks = entry.get("checks")
+        cited = normalise(checks).strip(_QUOTES).strip() if isinstance(checks, str) else ""
+        if len(cited) < min(MIN_CHECKS_CHARS, len(quotable)) or cited not in quotable:
+            raise InvalidReply(f"items.{index}: 'checks' ({str(checks)[:80]!r}) quotes nothing found in the "
+                               "request or the agent's instructions")
         importance = entry.get("importance")
         if normalise(question) not in seen:
             seen.add(normalise(question))
-            questions.append((question.strip(), importance if importance in IMPORTANCE else None))
-    if not questions:
-        raise InvalidReply("reply has no items")
+            questions.append((question.strip(), importance if importance in IMPORTANCE else None, checks.strip()))
+    if len(questions) < MIN_ITEMS:
+        raise InvalidReply(f"reply has {len(questions)} distinct items; at least {MIN_ITEMS} are required")
     intents = reply.get("intents")
     return GeneratedItems(
-        items=tuple(RubricItem(f"item_{i + 1}", q, imp) for i, (q, imp) in enumerate(questions[:max_items])),
+        items=tuple(RubricItem(f"item_{i + 1}", q, imp, cite)
+                    for i, (q, imp, cite) in enumerate(questions[:max_items])),
         intents=tuple(str(i) for i in intents if str(i).strip()) if isinstance(intents, list) else (),
     )
 
@@ -221,6 +247,7 @@ class AdaptiveEvaluator:
         for item in generated.items:
             verdict, yes = majority(samples, item.id)
             rows.append({"id": item.id, "question": item.question, "importance": item.importance,
+                         "checks": item.checks,
                          "passed": verdict.passed, "reasoning": verdict.reasoning,
                          "votes": {"yes": yes, "no": len(samples) - yes}})
         passed = sum(r["passed"] for r in rows)
@@ -289,17 +316,18 @@ class AdaptiveEvaluator:
             max_output_tokens=output_budget(context, 80 * rubric.max_items),
             rubric=rubric.name,
         )
-        generated, problem = await self._generate(key, request, rubric.max_items, context, usage)
+        generated, problem = await self._generate(key, request, rubric.max_items, material, context, usage)
         return generated, "generated", key, problem
 
     async def _generate(
-        self, key: str, request: JudgeRequest, max_items: int, context: EvaluationContext, usage: JudgeUsage
+        self, key: str, request: JudgeRequest, max_items: int, material: str, context: EvaluationContext,
+        usage: JudgeUsage,
     ) -> _Generation:
         """One generation call; concurrent evaluations of the same request wait for it."""
         future: asyncio.Future[_Generation] = asyncio.get_running_loop().create_future()
         self._in_flight[key] = future
         try:
-            asked = await ask_judge(context.judge, request, lambda r: parse_items(r, max_items), usage)
+            asked = await ask_judge(context.judge, request, lambda r: parse_items(r, max_items, material), usage)
             if asked.value is not None:
                 self._cache.put(key, asked.value)
             future.set_result((asked.value, asked.error))

@@ -19,12 +19,11 @@ from monitor.errors import JudgeError, JudgeRefused
 from monitor.evaluators.prompts import prompt_version
 from monitor.judge.base import ChatMessage, Judge, JudgeReply, JudgeRequest
 from monitor.models import Conversation, EvaluationResult
+from monitor.redaction import redact
 from monitor.rubrics.base import RubricBase
 from monitor.settings import JudgeSettings
 
 T = TypeVar("T")
-
-_FENCED = re.compile(r"```(?:json)?\s*(\{.*?\})\s*```", re.DOTALL)
 
 
 class InvalidReply(ValueError):
@@ -72,29 +71,87 @@ class Asked(Generic[T]):
     """Why there is no value: ``invalid_reply: ...`` or ``refused: ...``."""
 
 
-def extract_json(text: str) -> Any:
-    """Parse a reply as JSON; replies in ``prompt`` mode may wrap it in a fenced block or prose around it."""
-    stripped = text.strip()
-    fenced = _FENCED.search(stripped)
-    candidates = [stripped] + ([fenced.group(1)] if fenced else [])
-    problem = "reply is not JSON"
-    for candidate in candidates:
+_FENCED = re.compile(r"```[a-zA-Z]*[ \t]*\n?(\{.*?)```", re.DOTALL)
+"""A fenced block holding an object (its language tag, if any, skipped)."""
+
+
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _refuse_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``object_pairs_hook``: a key given twice is ambiguous (plain ``json`` silently keeps the last one)."""
+    seen: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in seen:
+            raise _DuplicateKey(f"reply is ambiguous: duplicate key {key!r}")
+        seen[key] = value
+    return seen
+
+
+_DECODER = json.JSONDecoder(object_pairs_hook=_refuse_duplicate_keys)
+
+
+def _decode(text: str, start: int = 0) -> tuple[Any, int]:
+    """``raw_decode`` refusing duplicate keys; absurd nesting or numbers are an ``InvalidReply``."""
+    try:
+        return _DECODER.raw_decode(text, start)
+    except _DuplicateKey as exc:
+        raise InvalidReply(str(exc)) from None
+    except json.JSONDecodeError:
+        raise
+    except (RecursionError, OverflowError, ValueError) as exc:
+        raise InvalidReply(f"reply is not usable JSON ({type(exc).__name__})") from None
+
+
+def _embedded_objects(text: str) -> list[Any]:
+    """Every top-level JSON object found in prose (a fenced block's included), in order. A ``{`` that starts no
+    object is skipped; an object's own nested objects are part of it, not candidates of their own."""
+    found: list[Any] = []
+    position = text.find("{")
+    while position >= 0:
         try:
-            return json.loads(candidate)
-        except json.JSONDecodeError as exc:
-            problem = f"reply is not valid JSON ({exc.msg} at char {exc.pos})"
-        except (RecursionError, OverflowError, ValueError) as exc:  # absurd nesting or numbers
-            raise InvalidReply(f"reply is not usable JSON ({type(exc).__name__})") from None
-    start = stripped.find("{")
-    if start >= 0:
-        try:
-            # The first complete object in the prose, whatever follows it.
-            return json.JSONDecoder().raw_decode(stripped, start)[0]
+            value, end = _decode(text, position)
         except json.JSONDecodeError:
-            pass
-        except (RecursionError, OverflowError, ValueError) as exc:
-            raise InvalidReply(f"reply is not usable JSON ({type(exc).__name__})") from None
-    raise InvalidReply(problem)
+            position = text.find("{", position + 1)
+            continue
+        found.append(value)
+        position = text.find("{", end)
+    return found
+
+
+def _json_error(exc: json.JSONDecodeError) -> InvalidReply:
+    return InvalidReply(f"reply is not valid JSON ({exc.msg} at char {exc.pos})")
+
+
+def extract_json(text: str) -> Any:
+    """Parse a reply as JSON. A reply in ``prompt`` mode may wrap its object in a fenced block or prose; it is
+    read only when that is unambiguous: the whole reply is one JSON value, or the reply holds exactly one
+    distinct JSON object. A reply holding several differing objects (a verdict quoted from the conversation
+    before the judge's own, two fenced blocks) or a key given twice is refused: taking the first or the last
+    would let trace content choose the verdict. ``ask_judge`` then asks again, and records the reason.
+
+    A reply that starts as JSON must be JSON as a whole (a truncated object is not searched for the objects
+    nested in it), and so must every fenced block."""
+    stripped = text.strip()
+    if stripped.startswith(("{", "[")):
+        try:
+            value, end = _decode(stripped)
+        except json.JSONDecodeError as exc:
+            raise _json_error(exc) from None
+        if end == len(stripped):
+            return value
+    for fenced in _FENCED.finditer(stripped):
+        try:
+            _decode(fenced.group(1).strip())
+        except json.JSONDecodeError as exc:
+            raise _json_error(exc) from None
+    candidates = _embedded_objects(stripped)
+    if not candidates:
+        raise InvalidReply("reply is not JSON" if "{" not in stripped else "reply holds no valid JSON object")
+    if any(other != candidates[0] for other in candidates[1:]):
+        raise InvalidReply(f"reply is ambiguous: it holds {len(candidates)} differing JSON objects")
+    return candidates[0]
 
 
 async def ask_judge(
@@ -117,7 +174,8 @@ async def ask_judge(
             # The model declined, or the endpoint rejects this very prompt (400): a final answer about this
             # conversation, unlike a transport failure, and asking again would get the same.
             usage.add(request, getattr(exc, "reply", None))
-            return Asked(None, f"refused: {exc}")
+            # The endpoint's error body may echo our key: the reason is stored and shown by `results show`.
+            return Asked(None, redact(f"refused: {exc}"))
         except JudgeError as exc:
             usage.add(request, None)
             exc.calls, exc.prompt = usage.calls, usage.prompts[-1]
@@ -128,7 +186,7 @@ async def ask_judge(
         except (InvalidReply, ValueError, TypeError, KeyError, RecursionError, OverflowError) as exc:
             problem = str(exc) or type(exc).__name__
             judge.record_invalid_reply(request.model)
-    return Asked(None, f"invalid_reply: {problem}")
+    return Asked(None, redact(f"invalid_reply: {problem}"))
 
 
 def result_fields(

@@ -22,6 +22,9 @@ class RubricItem:
     question: str
     importance: str | None = None
     """``high``, ``medium`` or ``low`` for generated items; recorded, not used in the score (as in Vertex)."""
+    checks: str | None = None
+    """The words of the request or the agent's instructions a generated item checks (quoted by the judge and
+    found in the material before the item is accepted); None for items written in the rubric."""
 
 
 @dataclass(frozen=True)
@@ -32,7 +35,8 @@ class GeneratedItems:
 
     def to_json(self) -> str:
         return json.dumps({
-            "items": [{"id": i.id, "question": i.question, "importance": i.importance} for i in self.items],
+            "items": [{"id": i.id, "question": i.question, "importance": i.importance, "checks": i.checks}
+                      for i in self.items],
             "intents": list(self.intents),
         }, ensure_ascii=False)
 
@@ -40,7 +44,8 @@ class GeneratedItems:
     def from_json(cls, text: str) -> GeneratedItems:
         data: dict[str, Any] = json.loads(text)
         return cls(
-            items=tuple(RubricItem(i["id"], i["question"], i.get("importance")) for i in data["items"]),
+            items=tuple(RubricItem(i["id"], i["question"], i.get("importance"), i.get("checks"))
+                        for i in data["items"]),
             intents=tuple(data.get("intents", ())),
         )
 

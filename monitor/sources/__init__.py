@@ -31,7 +31,8 @@ def __getattr__(name: str) -> object:
 def build_source(settings: SourceSettings, metrics: MonitorMetrics) -> TraceSource:
     """The source ``settings.kind`` names; each is imported only when chosen (App Insights brings the Azure SDK)."""
     if settings.kind == "otlp_file":
-        return OtlpFileSource(settings.path)
+        return OtlpFileSource(settings.path, max_line_bytes=settings.max_line_bytes,
+                              max_span_bytes=settings.max_span_bytes)
     if settings.kind == "otlp_receiver":
         from monitor.sources.otlp_receiver import OtlpReceiverSource
 

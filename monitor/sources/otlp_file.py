@@ -7,6 +7,11 @@ fingerprinted bytes changed, was truncated or replaced, and is read again from t
 the bytes of a file read before is that file renamed by rotation, and is read on from where it was. A last
 line without its newline is still being written, and is left for the next cycle. A line that cannot be read,
 whatever the reason, is counted and logged with its place and read past: it never holds the position back.
+
+Sizes are bounded: a line longer than ``max_line_bytes`` is skipped (``line_too_long``, counted once) without
+being held in memory, and an unfinished one is skipped as far as it was written, so it is not read again every
+cycle (the checkpoint then stands inside it, and the next cycle skips on to its end); a span whose attributes and
+events hold more than ``max_span_bytes`` of text is rejected (``span_too_large``) before it reaches the store.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from monitor.errors import SourceError
 from monitor.formats.otlp import ParseResult, parse_otlp_line
@@ -33,6 +38,11 @@ _FINGERPRINT_BYTES = 4_096
 _CHECKPOINT_VERSION = 1
 _LOGGED_BAD_LINES_PER_FILE = 10
 _PATTERNS = ("*.jsonl", "*.json")
+DEFAULT_MAX_LINE_BYTES = 16 * 1024 * 1024
+DEFAULT_MAX_SPAN_BYTES = 4 * 1024 * 1024
+LINE_TOO_LONG = "line_too_long"
+SPAN_TOO_LARGE = "span_too_large"
+_SKIP_CHUNK = 1024 * 1024
 PARSE_ERROR = "parse_error"
 """Rejection reason of a line whose reading raised an error no check foresaw."""
 
@@ -45,6 +55,8 @@ class _Position:
     line: int = 0
     head: str = ""
     tail: str = ""
+    skipping: bool = False
+    """``offset`` stands inside a line too long to read (its end not written yet): skip on to its end."""
 
 
 @dataclass
@@ -62,10 +74,13 @@ class _Pending:
 
 class OtlpFileSource:
     def __init__(self, path: Path, name: str = "otlp_file", batch_spans: int = DEFAULT_BATCH_SPANS, *,
-                 parse_line: Callable[[str], ParseResult] = parse_otlp_line) -> None:
+                 parse_line: Callable[[str], ParseResult] = parse_otlp_line,
+                 max_line_bytes: int = DEFAULT_MAX_LINE_BYTES, max_span_bytes: int = DEFAULT_MAX_SPAN_BYTES) -> None:
         """``parse_line`` reads one line (the OTLP JSON format unless told otherwise)."""
         if batch_spans < 1:
             raise ValueError(f"batch_spans must be at least 1, got {batch_spans}")
+        self.max_line_bytes = max_line_bytes
+        self.max_span_bytes = max_span_bytes
         self.path = Path(path)
         self.name = name
         self._batch_spans = batch_spans
@@ -123,7 +138,19 @@ class OtlpFileSource:
             stream.seek(position.offset)
             bad_lines = 0
             while True:
-                raw = stream.readline()
+                if position.skipping and not self._skip_rest_of_line(stream, position):
+                    break
+                raw = stream.readline(self.max_line_bytes + 1)
+                if len(raw) > self.max_line_bytes:
+                    bad_lines += 1
+                    pending.rejected[LINE_TOO_LONG] += 1
+                    pending.rows += 1
+                    position.offset += len(raw)
+                    position.skipping = not raw.endswith(b"\n")  # one byte too long, its newline included
+                    position.line += not position.skipping
+                    self._log_bad_line(file, position.line + 1, {LINE_TOO_LONG: 1}, bad_lines,
+                                       f"longer than {self.max_line_bytes} bytes")
+                    continue
                 if not raw.endswith(b"\n"):
                     # End of file, or a last line the writer has not finished: leave it for the next cycle.
                     break
@@ -141,6 +168,20 @@ class OtlpFileSource:
         if bad_lines > _LOGGED_BAD_LINES_PER_FILE:
             logger.warning("%s: %d unreadable lines in all this cycle", file, bad_lines)
 
+    @staticmethod
+    def _skip_rest_of_line(stream: BinaryIO, position: _Position) -> bool:
+        """Read past the rest of a too-long line a chunk at a time; False when its end is not written yet (the
+        offset then stands at the end of the file, so those bytes are not read again)."""
+        while True:
+            chunk = stream.readline(_SKIP_CHUNK)
+            position.offset += len(chunk)
+            if chunk.endswith(b"\n"):
+                position.line += 1
+                position.skipping = False
+                return True
+            if len(chunk) < _SKIP_CHUNK:
+                return False
+
     def _parse_line(self, raw: bytes, pending: _Pending) -> tuple[dict[str, int], str]:
         """Read one line into ``pending``: what it rejected, by reason, and the error if reading it failed."""
         failure = ""
@@ -156,7 +197,10 @@ class OtlpFileSource:
             except Exception as exc:  # a line we failed to read must never hold the position back
                 spans, rejected = [], {PARSE_ERROR: 1}
                 failure = f"{type(exc).__name__}: {exc}"
-            pending.spans.extend(spans)
+            kept = [s for s in spans if _text_size(s.attributes, s.events) <= self.max_span_bytes]
+            if len(kept) < len(spans):
+                rejected = {**rejected, SPAN_TOO_LARGE: rejected.get(SPAN_TOO_LARGE, 0) + len(spans) - len(kept)}
+            pending.spans.extend(kept)
         pending.rows += 1
         pending.rejected.update(rejected)
         return rejected, failure
@@ -218,6 +262,27 @@ class OtlpFileSource:
     def _dump(positions: dict[str, _Position]) -> str:
         files = {name: asdict(position) for name, position in sorted(positions.items())}
         return json.dumps({"version": _CHECKPOINT_VERSION, "files": files}, sort_keys=True)
+
+
+def _text_size(*values: Any) -> int:
+    """About how many bytes of text ``values`` hold (strings by length, numbers as a few): cheap enough to
+    run on every span, and what a stored span's size grows with."""
+    size, stack = 0, list(values)
+    while stack:
+        value = stack.pop()
+        if isinstance(value, str):
+            size += len(value)
+        elif isinstance(value, dict):
+            size += sum(len(str(key)) for key in value)
+            stack.extend(value.values())
+        elif isinstance(value, list | tuple):
+            stack.extend(value)
+        elif hasattr(value, "attributes"):  # a SpanEvent
+            size += len(getattr(value, "name", "") or "")
+            stack.append(value.attributes)
+        else:
+            size += 8
+    return size
 
 
 def _continues(file: Path, position: _Position) -> bool | None:

@@ -8,12 +8,14 @@ from __future__ import annotations
 import functools
 import hashlib
 import logging
+import os
 import threading
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, date, datetime
+from pathlib import Path
 from typing import Any, TypeVar
 
 from sqlalchemy import (
@@ -36,7 +38,8 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, IntegrityError, SQLAlchemyError
 from sqlalchemy.pool import StaticPool
 
 from monitor.assemble import TraceTranscript, conversation_key, trace_transcript
@@ -131,6 +134,27 @@ def _add_to_rollup(rollup: dict[tuple[int, RollupKey], RollupSums], ts: float, r
         add(dimension, 1, 0, 0, float(value))
 
 
+def _create_owner_only(url: str) -> None:
+    """Create a SQLite file that does not exist yet, and its missing directory, readable by its owner only (0600,
+    0700): it holds transcripts and verdicts, and SQLite would create it under the umask (0644). SQLite gives its
+    journal files the database file's permissions. Existing files and other databases are left alone."""
+    try:
+        parsed = make_url(url)
+    except (ArgumentError, ValueError):
+        return
+    database = parsed.database or ""
+    if parsed.get_backend_name() != "sqlite" or database in ("", ":memory:") or database.startswith("file:"):
+        return
+    path = Path(database)
+    if path.exists():
+        return
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    try:
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+    except FileExistsError:  # created meanwhile by another process: theirs to set
+        pass
+
+
 class SqlStore:
     """``ResultStore`` over any SQLAlchemy URL. An empty database is created at the newest schema revision; one
     behind it is upgraded with ``migrate="auto"``, else refused (``SchemaBehind``, see ``monitor.store.migrate``)."""
@@ -147,6 +171,8 @@ class SqlStore:
         if url.startswith("sqlite") and (url.endswith(":memory:") or url in ("sqlite://", "sqlite+pysqlite://")):
             # One shared connection, or every new connection would see a new, empty database.
             kwargs = {"poolclass": StaticPool, "connect_args": {"check_same_thread": False}}
+        else:
+            _create_owner_only(url)
         self._rollup_lock = threading.RLock()
         self._late_changes: list[tuple[int, RollupKey, RollupSums]] = []
         self._late_overflow = False
