@@ -40,6 +40,9 @@ from monitor.pipeline import (
     WriteBackStep,
 )
 from monitor.pipeline.backfill import Backfill, Progress
+from monitor.privacy import Redactor, build_redactor
+from monitor.privacy.evaluator import private_evaluators
+from monitor.privacy.logs import install_personal_data_filter
 from monitor.redaction import redact
 from monitor.rubrics.registry import RubricRegistry
 from monitor.rubrics.schema import Rubric
@@ -130,14 +133,29 @@ def build_judging(settings: Settings, rubric: Rubric, where: str, *, registry: C
                   item_store: ItemStore | None = None, store_content: bool | None = None) -> Judging:
     """The evaluator for ``rubric``'s kind (``ConfigError`` on ``where`` when there is none), the judge the
     settings name and the effective judge settings. ``store_content`` defaults to ``store.store_content``."""
-    evaluator = build_evaluators(settings.judge.cache_size, item_store).get(rubric.kind)
+    metrics = MonitorMetrics(registry or CollectorRegistry())
+    redactor = build_privacy(settings, metrics)
+    if not settings.store.store_content:
+        item_store = None  # generated items are rewritten from the request: conversation text
+    evaluators = private_evaluators(build_evaluators(settings.judge.cache_size, item_store), redactor,
+                                    settings.store.store_content)
+    evaluator = evaluators.get(rubric.kind)
     if evaluator is None:
         raise ConfigError(where, "kind", f"no evaluator for kind {rubric.kind!r}")
-    judge = build_judge(settings.judge, MonitorMetrics(registry or CollectorRegistry()))
+    judge = build_judge(settings.judge, metrics)
     context = EvaluationContext(
         judge=judge, settings=effective_judge_settings(settings.judge),
         store_content=settings.store.store_content if store_content is None else store_content)
     return Judging(evaluator, judge, context)
+
+
+def build_privacy(settings: Settings, metrics: MonitorMetrics) -> Redactor:
+    """The redactor of ``redaction:`` with its metric, and the log filter when it applies to logs; the recognizers
+    in force are logged (a privacy officer reads them in the start-up lines)."""
+    redactor = build_redactor(settings.redaction, lambda name, n: metrics.redactions.labels(name).inc(n))
+    install_personal_data_filter(redactor.redact_text if "logs" in redactor.surfaces else None)
+    log.info("%s", redactor.describe())
+    return redactor
 
 
 def build_backfill(settings: Settings, rubric_name: str, since: datetime, registry: CollectorRegistry) -> Backfill:
@@ -288,7 +306,18 @@ def build_monitor(settings: Settings, registry: CollectorRegistry | None = None)
         log.warning("%s", embedded_warning)
     delay = settings.source.ingestion_delay_seconds if settings.source.kind == "app_insights" else 0.0
     judge_settings = effective_judge_settings(settings.judge)
-    evaluators = build_evaluators(settings.judge.cache_size, store)
+    try:
+        redactor = build_privacy(settings, metrics)
+    except ConfigError:
+        store.close()
+        single.release()
+        stages.close()
+        raise
+    store.drop_span_content = settings.store.drop_span_content
+    # Generated adaptive items are rewritten from the request: kept in memory only without content storage.
+    evaluators = private_evaluators(
+        build_evaluators(settings.judge.cache_size, store if settings.store.store_content else None), redactor,
+        settings.store.store_content)
     pipeline = Pipeline(
         source=source,
         store=store,
@@ -329,8 +358,9 @@ def build_monitor(settings: Settings, registry: CollectorRegistry | None = None)
     )
     health.warning_checks["judge_drift"] = canaries.warning
     exporter = build_exporter(settings.writeback)
-    writeback = None if exporter is None else WriteBack(store, exporter, settings.writeback.kind, metrics.runtime,
-                                                        settings.writeback.batch)
+    writeback = None if exporter is None else WriteBack(
+        store, exporter, settings.writeback.kind, metrics.runtime, settings.writeback.batch,
+        scrub=redactor.redact_text if "writeback" in redactor.surfaces else None)
     monitor = Monitor(settings, registry, metrics, pipeline, health, store, alerts=alerts, canaries=canaries,
                       single_replica=single, writeback=writeback)
     # The windows and the counters' label sets from the rollups, before the first scrape.

@@ -17,6 +17,7 @@ from monitor.settings.schema import (
     NotifierSettings,
     OtlpFileSourceSettings,
     PriceSettings,
+    RedactionSettings,
     ReplicaSettings,
     RetentionSettings,
     RubricSettings,
@@ -33,7 +34,7 @@ from monitor.settings.schema import (
 __all__ = [
     "ENV_PREFIX", "MAX_SECONDS", "AlertSettings", "AppInsightsCredentialSettings", "AppInsightsSourceSettings",
     "CanarySettings", "ConversationSettings", "JudgeSettings", "LocalJudgeSettings", "MetricsSettings",
-    "NotifierSettings", "OtlpFileSourceSettings", "PriceSettings", "ReplicaSettings", "RetentionSettings",
-    "RubricSettings", "SamplingSettings", "Settings", "SilenceSettings", "SourceSettings", "StoreSettings",
-    "WritebackSettings", "check_one_line", "load_settings", "read_secret",
+    "NotifierSettings", "OtlpFileSourceSettings", "PriceSettings", "RedactionSettings", "ReplicaSettings",
+    "RetentionSettings", "RubricSettings", "SamplingSettings", "Settings", "SilenceSettings", "SourceSettings",
+    "StoreSettings", "WritebackSettings", "check_one_line", "load_settings", "read_secret",
 ]
