@@ -158,6 +158,14 @@ def build_privacy(settings: Settings, metrics: MonitorMetrics) -> Redactor:
     return redactor
 
 
+def span_content_dropped_by_redaction(settings: Settings) -> bool:
+    """Redacted results would be pointless next to the raw spans they came from: with redaction on for stored
+    content, spans are stripped once their conversation is scored (unless late turns need them)."""
+    redaction = settings.redaction
+    return (redaction.enabled and "stored_content" in redaction.apply_to
+            and settings.conversation.late_turns == "ignore")
+
+
 def build_backfill(settings: Settings, rubric_name: str, since: datetime, registry: CollectorRegistry) -> Backfill:
     """The backfill of one rubric on the stages ``run`` builds: the source (App Insights from ``since``, without
     the live watermark), the registry's rubric, its evaluator and judge, the store."""
@@ -313,7 +321,10 @@ def build_monitor(settings: Settings, registry: CollectorRegistry | None = None)
         single.release()
         stages.close()
         raise
-    store.drop_span_content = settings.store.drop_span_content
+    store.drop_span_content = settings.store.drop_span_content or span_content_dropped_by_redaction(settings)
+    if redactor.enabled and "stored_content" in redactor.surfaces and not store.drop_span_content:
+        log.warning("redaction: spans keep their raw payloads until conversation.retention_days (late_turns "
+                    "rescore needs them); use late_turns: ignore to have them stripped once a conversation is scored")
     # Generated adaptive items are rewritten from the request: kept in memory only without content storage.
     evaluators = private_evaluators(
         build_evaluators(settings.judge.cache_size, store if settings.store.store_content else None), redactor,

@@ -72,15 +72,23 @@ class PrivateEvaluator:
         if not self.store_content:
             seen = (conversation,) if shown is conversation else (conversation, shown)
             results = [strip_content(r, *seen) for r in results]
+        if redacted is not None and redacted.counts:
+            # What was replaced (counts by recognizer, never the values): `results show` says so.
+            counts = dict(sorted(redacted.counts.items()))
+            results = [r.model_copy(update={"details": {**r.details, "redacted": counts}}) for r in results]
         return results
 
 
 def redact_rubric(rubric: Any, names: Pseudonymizer) -> Any:
-    """The rubric's own text redacted too (``redaction.exempt_rubric_text: false``): its description and its
-    dimensions' descriptions."""
+    """The rubric's own text redacted too (``redaction.exempt_rubric_text: false``): its description, its
+    dimensions' descriptions, its written items and guidelines."""
     update: dict[str, Any] = {}
     if getattr(rubric, "description", None):
         update["description"] = names.redact(rubric.description)
+    for listed in ("items", "guidelines"):
+        texts = getattr(rubric, listed, None)
+        if texts:
+            update[listed] = tuple(names.redact(text) for text in texts)
     dimensions = getattr(rubric, "dimensions", None)
     if dimensions:
         update["dimensions"] = tuple(d.model_copy(update={"description": names.redact(d.description)})

@@ -189,7 +189,7 @@ _PROVIDER_KEY = re.compile(
 )
 _KEYWORD_SECRET = re.compile(
     r"(?i)(?:api[_-]?key|access[_-]?key|key|token|secret|password|passwd|pwd|bearer)[\"']?\s*(?:[:=]|\bis\b)?\s*"
-    r"[\"']?([A-Za-z0-9_\-+/.=]{16,})")
+    r"[\"']?([A-Za-z0-9_\-+/.]{15,}[A-Za-z0-9_\-+/]={0,2})")
 SECRET_KEY_NAMES = re.compile(r"(?i)(?:key|token|secret|password|passwd|pwd|credential|auth)")
 """JSON keys whose string value is taken as a secret when it looks like one (``{"api_key": "..."}``)."""
 

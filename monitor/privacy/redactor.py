@@ -10,7 +10,6 @@ placeholder in every turn. ``NoRedaction`` is its twin when redaction is off: th
 from __future__ import annotations
 
 import json
-from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -27,10 +26,8 @@ class Redacted:
     conversation: Conversation
     pseudonymizer: Pseudonymizer
     """The conversation's placeholders: text written about it (the judge's reasons) is redacted with them."""
-
-    @property
-    def counts(self) -> Counter[str]:
-        return self.pseudonymizer.counts
+    counts: dict[str, int] = field(default_factory=dict)
+    """Values replaced in the conversation, by recognizer."""
 
 
 class Redactor(Protocol):
@@ -69,7 +66,7 @@ class ConversationRedactor:
         if conversation.reference:
             update["reference"] = redact(conversation.reference)
         self._count(names)
-        return Redacted(conversation.model_copy(update=update), names)
+        return Redacted(conversation.model_copy(update=update), names, dict(names.counts))
 
     def redact_text(self, text: str) -> str:
         """One text on its own (a log line, a write-back explanation): placeholders numbered within it."""

@@ -13,6 +13,7 @@ every detail text dropped, and every value a recognizer finds replaced by ``[…
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -73,16 +74,32 @@ def _strings(value: Any) -> Iterable[str]:
         yield str(value)
 
 
+IDENTIFIER = re.compile(r"[\w#@+./:-]*\d[\w#@+./:-]*")
+"""A word with a digit in it: order and account ids, dates, amounts, numbers of any kind."""
+IDENTIFIER_CHARS = 4
+
+
+def _identifiers(text: str) -> Iterable[tuple[int, int, str]]:
+    for found in IDENTIFIER.finditer(text):
+        word = found.group(0).rstrip(".:/-")
+        if len(word) >= IDENTIFIER_CHARS:
+            yield found.start(), found.start() + len(word), word.lower()
+
+
 class QuoteFinder:
-    """Finds runs of ``QUOTE_CHARS`` or more characters of a conversation in a text (case-insensitive)."""
+    """Finds, in a text, runs of ``QUOTE_CHARS`` or more characters of a conversation (case-insensitive) and the
+    conversation's identifiers (a word of ``IDENTIFIER_CHARS`` or more with a digit: a quote of an order id or a
+    date is shorter than any sentence)."""
 
     def __init__(self, texts: Sequence[str], size: int = QUOTE_CHARS) -> None:
         self.size = size
         self.grams: set[str] = set()
+        self.identifiers: set[str] = set()
         for text in texts:
             folded = text.lower()
             for start in range(len(folded) - size + 1):
                 self.grams.add(folded[start:start + size])
+            self.identifiers.update(word for _, _, word in _identifiers(text))
 
     def elide(self, text: str, also: Sequence[str] = ()) -> str:
         if not text:
@@ -102,6 +119,10 @@ class QuoteFinder:
                 for i in range(position, position + len(snippet)):
                     covered[i] = True
                 position = text.find(snippet, position + 1)
+        for start, end, word in _identifiers(text):
+            if word in self.identifiers:
+                for i in range(start, end):
+                    covered[i] = True
         for match in find_all(BUILTIN.values(), text):
             for i in range(match.start, match.end):
                 covered[i] = True
