@@ -132,7 +132,7 @@ def every_stored_byte(path: Path) -> str:
         tables = [row[0] for row in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
         chunks = []
         for table in tables:
-            for row in connection.execute(f'SELECT * FROM "{table}"'):  # noqa: S608 - names from sqlite_master
+            for row in connection.execute(f'SELECT * FROM "{table}"'):  # names from sqlite_master
                 chunks.extend(v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v) for v in row)
         return "\n".join(chunks)
     finally:

@@ -102,41 +102,43 @@ class QuoteFinder:
             self.identifiers.update(word for _, _, word in _identifiers(text))
 
     def elide(self, text: str, also: Sequence[str] = ()) -> str:
+        """``text`` with every quote of the conversation, every string of ``also`` and every value the built-in
+        recognizers find replaced by ``[…]`` (adjacent ones merged)."""
         if not text:
             return text
-        folded = text.lower()
-        covered = [False] * len(text)
-        if len(folded) == len(text):
-            for start in range(len(folded) - self.size + 1):
-                if folded[start:start + self.size] in self.grams:
-                    for i in range(start, start + self.size):
-                        covered[i] = True
-        for snippet in also:
-            if len(snippet) < 4:
-                continue
-            position = text.find(snippet)
-            while position >= 0:
-                for i in range(position, position + len(snippet)):
-                    covered[i] = True
-                position = text.find(snippet, position + 1)
-        for start, end, word in _identifiers(text):
-            if word in self.identifiers:
-                for i in range(start, end):
-                    covered[i] = True
-        for match in find_all(BUILTIN.values(), text):
-            for i in range(match.start, match.end):
-                covered[i] = True
+        covered = self._covered(text, also)
         out: list[str] = []
         inside = False
         for char, hidden in zip(text, covered, strict=True):
-            if hidden:
-                if not inside:
-                    out.append(ELIDED)
-                inside = True
-            else:
+            if hidden and not inside:
+                out.append(ELIDED)
+            elif not hidden:
                 out.append(char)
-                inside = False
+            inside = hidden
         return "".join(out)
+
+    def _covered(self, text: str, also: Sequence[str]) -> list[bool]:
+        covered = [False] * len(text)
+
+        def cover(start: int, end: int) -> None:
+            covered[start:end] = [True] * (end - start)
+
+        folded = text.lower()
+        if len(folded) == len(text):  # case folding kept the offsets (it does but for a few scripts)
+            for start in range(len(folded) - self.size + 1):
+                if folded[start:start + self.size] in self.grams:
+                    cover(start, start + self.size)
+        for snippet in also:
+            position = text.find(snippet) if len(snippet) >= 4 else -1
+            while position >= 0:
+                cover(position, position + len(snippet))
+                position = text.find(snippet, position + 1)
+        for start, end, word in _identifiers(text):
+            if word in self.identifiers:
+                cover(start, end)
+        for match in find_all(BUILTIN.values(), text):
+            cover(match.start, match.end)
+        return covered
 
 
 def strip_content(result: EvaluationResult, *conversations: Conversation) -> EvaluationResult:
