@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 from monitor.errors import ConfigError
 from monitor.privacy.pseudonymize import _allow_key
-from monitor.privacy.recognizers import BUILTIN, TextRecognizer, custom
+from monitor.privacy.recognizers import BUILTIN, SHORTEST_VALUE, SecretRecognizer, TextRecognizer, custom
 from monitor.privacy.redactor import SURFACES, ConversationRedactor, NoRedaction, Redacted, Redactor
 from monitor.settings import RedactionSettings
 
@@ -31,7 +31,14 @@ def build_redactor(settings: RedactionSettings, count: Callable[[str, int], None
     cannot be loaded."""
     if not settings.enabled:
         return NoRedaction()
-    recognizers: list[TextRecognizer] = [BUILTIN[name] for name in settings.recognizers if name != "presidio"]
+    names = [name for name in dict.fromkeys(settings.recognizers) if name != "presidio"]
+    if "secret" in names and "secret_after_keyword" in names:
+        # One scan of the long tokens classifies both kinds.
+        names.remove("secret_after_keyword")
+        recognizers: list[TextRecognizer] = [SecretRecognizer("secret", provider=True, after_keyword=True)]
+        recognizers.extend(BUILTIN[name] for name in names if name != "secret")
+    else:
+        recognizers = [BUILTIN[name] for name in names]
     for pattern in settings.custom_patterns:
         recognizers.append(custom(pattern.label.lower(), pattern.label, pattern.pattern))
     if "presidio" in settings.recognizers:
@@ -43,4 +50,7 @@ def build_redactor(settings: RedactionSettings, count: Callable[[str, int], None
             raise ConfigError("settings", "redaction.recognizers", str(exc)) from None
     return ConversationRedactor(
         recognizers, frozenset(_allow_key(v) for v in settings.allow), frozenset(settings.apply_to),
-        settings.exempt_system_instructions, settings.exempt_rubric_text, count)
+        settings.exempt_system_instructions, settings.exempt_rubric_text, count,
+        (*dict.fromkeys(settings.recognizers), *(p.label.lower() for p in settings.custom_patterns)),
+        # Custom patterns and Presidio may match short values; the built-ins never match fewer characters.
+        1 if settings.custom_patterns or "presidio" in settings.recognizers else SHORTEST_VALUE)

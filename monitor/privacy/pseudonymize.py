@@ -10,6 +10,8 @@ re-scoring stay stable).
 
 from __future__ import annotations
 
+import bisect
+import re
 import unicodedata
 from collections import Counter
 from collections.abc import Sequence
@@ -17,19 +19,60 @@ from dataclasses import dataclass, field
 
 from monitor.privacy.recognizers import Match, TextRecognizer, find_all
 
+_NON_ASCII = re.compile(r"[^\x00-\x7f]")
 
-def normalized_with_offsets(text: str) -> tuple[str, list[int] | None]:
-    """The NFKC form of ``text`` and, for each of its characters, the offset of the original character it came
-    from (None when the text is ASCII and its own normal form: the common case costs nothing)."""
-    if text.isascii():
+
+@dataclass(frozen=True)
+class Offsets:
+    """Where each character of a normalised text came from: segments that are either copied ASCII (offsets shift
+    together) or one original character's normal form (every character of it maps to that one)."""
+
+    normal_starts: list[int]
+    original_starts: list[int]
+    copied: list[bool]
+    original_length: int
+    normal_length: int
+
+    def original(self, position: int) -> int:
+        if position >= self.normal_length:
+            return self.original_length
+        segment = bisect.bisect_right(self.normal_starts, position) - 1
+        start = self.original_starts[segment]
+        return start + (position - self.normal_starts[segment]) if self.copied[segment] else start
+
+
+def normalized_with_offsets(text: str) -> tuple[str, Offsets | None]:
+    """The NFKC form of ``text`` (full-width and other Unicode digits become ASCII digits) and where its characters
+    came from; None when the text is its own normal form (ASCII, or already NFKC: the common case costs a check)."""
+    if text.isascii() or unicodedata.is_normalized("NFKC", text):
         return text, None
     pieces: list[str] = []
-    origin: list[int] = []
-    for index, char in enumerate(text):
-        normal = unicodedata.normalize("NFKC", char) if ord(char) > 127 else char
+    normal_starts: list[int] = []
+    original_starts: list[int] = []
+    copied: list[bool] = []
+    length = last = 0
+    for found in _NON_ASCII.finditer(text):
+        at = found.start()
+        if at > last:
+            pieces.append(text[last:at])
+            normal_starts.append(length)
+            original_starts.append(last)
+            copied.append(True)
+            length += at - last
+        normal = unicodedata.normalize("NFKC", text[at])
         pieces.append(normal)
-        origin.extend([index] * len(normal))
-    return "".join(pieces), origin
+        normal_starts.append(length)
+        original_starts.append(at)
+        copied.append(len(normal) == 1)
+        length += len(normal)
+        last = at + 1
+    if last < len(text):
+        pieces.append(text[last:])
+        normal_starts.append(length)
+        original_starts.append(last)
+        copied.append(True)
+        length += len(text) - last
+    return "".join(pieces), Offsets(normal_starts, original_starts, copied, len(text), length)
 
 
 def _allow_key(value: str) -> str:
@@ -61,13 +104,8 @@ class Pseudonymizer:
             found = [m for m in found if _allow_key(normal[m.start:m.end]) not in self.allow]
         if origin is None or not found:
             return found
-        ends = len(text)
-        mapped = []
-        for m in found:
-            start = origin[m.start]
-            end = origin[m.end] if m.end < len(origin) else ends
-            mapped.append(Match(start, end, m.recognizer, m.label, m.key))
-        return mapped
+        return [Match(origin.original(m.start), origin.original(m.end), m.recognizer, m.label, m.key)
+                for m in found]
 
     def redact(self, text: str) -> str:
         if not text:
@@ -85,7 +123,48 @@ class Pseudonymizer:
         out.append(text[position:])
         return "".join(out)
 
-    def replace_known(self, text: str) -> str:
-        """``redact`` for text the judge wrote: the values this conversation's placeholders stand for, and any
-        other value the recognizers find, become placeholders (counted like the conversation's own)."""
-        return self.redact(text)
+    def redact_many(self, texts: Sequence[str | Forced]) -> list[str]:
+        """``redact`` of each text, matched in one pass over them all (joined by a line break the recognizers
+        never match across; a match that would is dropped); a ``Forced`` entry is a value already known to be
+        one (a secret under a key named like one) and becomes its placeholder. Placeholders are numbered in the
+        order of the entries."""
+        plain = [t if isinstance(t, str) else "" for t in texts]
+        joined = SEPARATOR.join(plain)
+        found = self.matches(joined) if joined.strip() else []
+        out: list[str] = []
+        position = 0
+        index = 0
+        for entry, text in zip(texts, plain, strict=True):
+            end = position + len(text)
+            if isinstance(entry, Forced):
+                self.counts[entry.recognizer] += 1
+                out.append(self.placeholder(entry.label, entry.key))
+            else:
+                pieces: list[str] = []
+                at = position
+                while index < len(found) and found[index].start < end:
+                    match = found[index]
+                    index += 1
+                    if match.start < position or match.end > end:
+                        continue  # across two texts: not a value of either
+                    pieces.append(joined[at:match.start])
+                    pieces.append(self.placeholder(match.label, match.key))
+                    self.counts[match.recognizer] += 1
+                    at = match.end
+                out.append(text if at == position else "".join(pieces) + joined[at:end])
+            position = end + len(SEPARATOR)
+            while index < len(found) and found[index].start < position:
+                index += 1  # a match starting in the separator
+        return out
+
+
+SEPARATOR = "\n\n"
+
+
+@dataclass(frozen=True)
+class Forced:
+    """A value known to be one without matching (``redact_many``)."""
+
+    label: str
+    key: str
+    recognizer: str

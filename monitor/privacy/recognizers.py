@@ -33,32 +33,98 @@ class Match:
     key: str
 
 
+class TextRecognizer(Protocol):
+    """What ``find_all`` needs: a built-in ``Recognizer``, or the Presidio adapter."""
+
+    @property
+    def name(self) -> str: ...
+
+    def find(self, text: str) -> Iterator[Match]: ...
+
+
+@dataclass(frozen=True)
+class Window:
+    """Where an expression can match: a cheap scan (one that starts with a literal or a character set, which the
+    regular expression engine skips through fast) finds spots, and the full expression runs only around them, from
+    ``before`` characters before each spot to ``after`` characters after it."""
+
+    spots: re.Pattern[str]
+    before: int
+    after: int
+
+    def ranges(self, text: str) -> Iterator[tuple[int, int]]:
+        start = end = -1
+        for spot in self.spots.finditer(text):
+            low, high = max(0, spot.start() - self.before), min(len(text), spot.end() + self.after)
+            if low <= end:
+                end = max(end, high)
+                continue
+            if end >= 0:
+                yield start, end
+            start, end = low, high
+        if end >= 0:
+            yield start, end
+
+
 @dataclass(frozen=True)
 class Recognizer:
-    """``name`` is the setting's and the metric's name; ``label`` names the placeholder (``<EMAIL_1>``).
-    ``hint`` is a cheap test that lets a text without it skip the expression (no ``@``: no e-mail address)."""
+    """``name`` is the setting's and the metric's name; ``label`` names the placeholder (``<EMAIL_1>``)."""
 
     name: str
     label: str
     pattern: re.Pattern[str]
     check: Check
-    hint: Callable[[str], bool] | None = None
+    window: Window | None = None
+    """Run the expression only around the spots this finds (the whole text otherwise)."""
     group: int = 0
-    """The group of the expression that is the value (a secret after ``token=`` is the part after it)."""
+    """The group of the expression that is the value."""
 
     def find(self, text: str) -> Iterator[Match]:
-        if self.hint is not None and not self.hint(text):
-            return
         if self.check is _iban:
             yield from iban_matches(self, text)
             return
-        for found in self.pattern.finditer(text):
+        if self.window is None:
+            found_all: Iterable[re.Match[str]] = self.pattern.finditer(text)
+        else:
+            # Lookbehinds still see the text before a window; one character after it lets lookaheads see it.
+            found_all = (found for low, high in self.window.ranges(text)
+                         for found in self.pattern.finditer(text, low, min(len(text), high + 1)))
+        last_end = -1
+        for found in found_all:
             start, end = found.span(self.group)
-            if start < 0:
+            if start < last_end or start < 0:
                 continue
             key = self.check(found.group(self.group))
             if key is not None:
+                last_end = end
                 yield Match(start, end, self.name, self.label, key)
+
+
+@dataclass(frozen=True)
+class SecretRecognizer:
+    """Keys and tokens: one scan for long tokens (16 characters or more of what keys are made of), each then
+    classified: a provider's key format or a JWT (``provider`` on: recognizer ``secret``), or a high-entropy
+    value written after ``key``/``token``/``secret``/``password`` (``after_keyword`` on: recognizer
+    ``secret_after_keyword``)."""
+
+    name: str
+    label: str = "SECRET"
+    provider: bool = True
+    after_keyword: bool = False
+
+    def find(self, text: str) -> Iterator[Match]:
+        for found in _LONG_TOKEN.finditer(text):
+            start, end = found.span()
+            while end > start and text[end - 1] == ".":
+                end -= 1
+            while end < len(text) and text[end] == "=" and end - found.end() < 2:
+                end += 1  # base64 padding
+            token = text[start:end]
+            if self.provider and _PROVIDER_KEY.fullmatch(token):
+                yield Match(start, end, "secret", self.label, token)
+            elif (self.after_keyword and _AFTER_KEYWORD.search(text, max(0, start - 40), start)
+                  and high_entropy(token)):
+                yield Match(start, end, "secret_after_keyword", self.label, token)
 
 
 def _digits(text: str) -> str:
@@ -144,13 +210,13 @@ SECRET_MIN_ENTROPY = 3.0
 ``token=aaaaaaaaaaaaaaaa`` or ``secret: not-applicable`` are not."""
 
 
+_DIGIT = re.compile(r"\d")
+_LETTER = re.compile(r"[^\W\d_]")
+
+
 def high_entropy(text: str) -> bool:
-    return (len(text) >= SECRET_MIN_CHARS and entropy_bits_per_char(text) >= SECRET_MIN_ENTROPY
-            and any(ch.isdigit() for ch in text) and any(ch.isalpha() for ch in text))
-
-
-def _secret_after_keyword(text: str) -> str | None:
-    return text if high_entropy(text) else None
+    return (len(text) >= SECRET_MIN_CHARS and _DIGIT.search(text) is not None and _LETTER.search(text) is not None
+            and entropy_bits_per_char(text) >= SECRET_MIN_ENTROPY)
 
 
 def _as_is(text: str) -> str | None:
@@ -163,8 +229,8 @@ def _folded(text: str) -> str | None:
 
 _EMAIL = re.compile(r"(?<![\w.+-])[A-Za-z0-9][A-Za-z0-9._%+-]*@[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
                     r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*\.[A-Za-z]{2,24}(?![\w-])")
-_CARD = re.compile(r"(?<![\d.,-])\d(?:[ -]?\d){12,18}(?![\d])")
-_IBAN = re.compile(r"(?<![A-Za-z0-9])[A-Z]{2}\d{2}(?:[ -]?[A-Z0-9]){11,30}(?![a-z0-9])")
+_CARD = re.compile(r"\d(?<![\d.,-].)(?:[ -]?\d){12,18}(?!\d)")
+_IBAN = re.compile(r"[A-Z][A-Z]\d\d(?<![A-Za-z0-9]....)(?:[ -]?[A-Z0-9]){11,30}(?![a-z0-9])")
 _PHONE = re.compile(
     r"(?<![\w+])(?:"
     r"(?:\+|\b00)\d{1,3}(?:[ .-]?\(?\d{1,5}\)?){1,5}"  # international: +44 20 7946 0958, 0049-30-123456
@@ -173,40 +239,45 @@ _PHONE = re.compile(
     r"|\b0\d{1,4}[ .-]\d{2,5}(?:[ .-]\d{2,5}){1,3}"  # national trunk prefix: 020 7946 0958, 030-1234-5678
     r")(?![\w])"
 )
+_PHONE_SPOTS = Window(re.compile(r"[+(0-9][0-9 ().-]{6,}[0-9]"), 0, 0)
 _IPV4 = re.compile(r"(?<![\w.])(?:(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.){3}(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)"
                    r"(?![\w.]\d|\w)")
+_IPV4_SPOTS = Window(re.compile(r"\.\d{1,3}\.\d{1,3}\.\d"), 3, 2)
 _IPV6 = re.compile(r"(?<![\w:])(?:[0-9A-Fa-f]{0,4}:){2,7}[0-9A-Fa-f]{0,4}(?![\w:])")
+_IPV6_SPOTS = Window(re.compile(r"::|:[0-9]{0,3}[A-Fa-f][0-9A-Fa-f]{0,3}:"), 40, 40)
+"""An IPv6 address has a ``::`` or a group with a hex letter: times (``19:30:00``) are not looked at; an address
+written in full in decimal digits only (``1:2:3:4:5:6:7:8``) is not found."""
+_EMAIL_SPOTS = Window(re.compile(r"@"), 64, 256)
+_LONG_TOKEN = re.compile(r"[A-Za-z0-9_\-+/.]{16,}")
 _PROVIDER_KEY = re.compile(
-    r"(?<![\w-])(?:"
     r"sk-(?:proj-|ant-|live-|test-)?[A-Za-z0-9_-]{20,}"  # OpenAI, Anthropic, Stripe-like
-    r"|(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,})"  # GitHub
+    r"|gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,}"  # GitHub
     r"|xox[abposr]-[A-Za-z0-9-]{10,}"  # Slack
     r"|(?:AKIA|ASIA)[0-9A-Z]{16}"  # AWS access key ids
     r"|AIza[0-9A-Za-z_-]{35}"  # Google API keys
     r"|glpat-[A-Za-z0-9_-]{20,}"  # GitLab
     r"|eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"  # JWTs
-    r")(?![\w-])"
 )
-_KEYWORD_SECRET = re.compile(
-    r"(?i)(?:api[_-]?key|access[_-]?key|key|token|secret|password|passwd|pwd|bearer)[\"']?\s*(?:[:=]|\bis\b)?\s*"
-    r"[\"']?([A-Za-z0-9_\-+/.]{15,}[A-Za-z0-9_\-+/]={0,2})")
+_AFTER_KEYWORD = re.compile(
+    r"(?i)(?:key|token|secret|password|passwd|pwd|bearer)[\"']?\s*(?:[:=]|\bis\b)?\s*[\"']?\Z")
 SECRET_KEY_NAMES = re.compile(r"(?i)(?:key|token|secret|password|passwd|pwd|credential|auth)")
 """JSON keys whose string value is taken as a secret when it looks like one (``{"api_key": "..."}``)."""
 
-BUILTIN: dict[str, Recognizer] = {r.name: r for r in (
-    Recognizer("secret", "SECRET", _PROVIDER_KEY, _as_is,
-               hint=lambda t: any(p in t for p in ("sk-", "gh", "xox", "AKIA", "ASIA", "AIza", "glpat", "eyJ"))),
-    Recognizer("secret_after_keyword", "SECRET", _KEYWORD_SECRET, _secret_after_keyword, group=1),
-    Recognizer("email", "EMAIL", _EMAIL, _folded, hint=lambda t: "@" in t),
+BUILTIN: dict[str, TextRecognizer] = {r.name: r for r in (
+    SecretRecognizer("secret", provider=True),
+    SecretRecognizer("secret_after_keyword", provider=False, after_keyword=True),
+    Recognizer("email", "EMAIL", _EMAIL, _folded, _EMAIL_SPOTS),
     Recognizer("iban", "IBAN", _IBAN, _iban),
     Recognizer("card", "CARD", _CARD, _card),
-    Recognizer("phone", "PHONE", _PHONE, _phone),
-    Recognizer("ipv4", "IP", _IPV4, _ipv4, hint=lambda t: "." in t),
-    Recognizer("ipv6", "IP", _IPV6, _ipv6, hint=lambda t: "::" in t or t.count(":") >= 2),
+    Recognizer("phone", "PHONE", _PHONE, _phone, _PHONE_SPOTS),
+    Recognizer("ipv4", "IP", _IPV4, _ipv4, _IPV4_SPOTS),
+    Recognizer("ipv6", "IP", _IPV6, _ipv6, _IPV6_SPOTS),
 )}
 """In priority order: where two matches overlap, the earlier recognizer (then the longer match) wins."""
 
 BUILTIN_NAMES: tuple[str, ...] = tuple(BUILTIN)
+SHORTEST_VALUE = 6
+"""No built-in recognizer matches fewer characters (``a@b.co``): shorter JSON strings are not looked at."""
 
 
 def custom(name: str, label: str, pattern: str) -> Recognizer:
@@ -220,15 +291,6 @@ def iban_matches(recognizer: Recognizer, text: str) -> Iterator[Match]:
         key = _iban(found.group(0))
         if key is not None:
             yield Match(found.start(), _iban_end(text, found.start(), key), recognizer.name, recognizer.label, key)
-
-
-class TextRecognizer(Protocol):
-    """What ``find_all`` needs: a built-in ``Recognizer``, or the Presidio adapter."""
-
-    @property
-    def name(self) -> str: ...
-
-    def find(self, text: str) -> Iterator[Match]: ...
 
 
 def find_all(recognizers: Iterable[TextRecognizer], text: str) -> list[Match]:

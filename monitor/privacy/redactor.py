@@ -9,13 +9,14 @@ placeholder in every turn. ``NoRedaction`` is its twin when redaction is off: th
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from monitor.models import Conversation, Message, Part
-from monitor.privacy.pseudonymize import Pseudonymizer, _allow_key
+from monitor.privacy.pseudonymize import Forced, Pseudonymizer, _allow_key
 from monitor.privacy.recognizers import SECRET_KEY_NAMES, TextRecognizer, high_entropy
 
 SURFACES = ("judge_prompt", "stored_content", "writeback", "logs", "review_page")
@@ -51,6 +52,10 @@ class ConversationRedactor:
     exempt_rubric_text: bool = True
     count: Callable[[str, int], None] | None = None
     """Told how many values each recognizer replaced (the metric), once per conversation or text."""
+    names: tuple[str, ...] = ()
+    """The recognizers as the settings name them (said at start), when not one per recognizer object."""
+    shortest: int = 1
+    """The fewest characters a recognizer matches (JSON strings shorter are skipped)."""
     enabled: bool = field(default=True, init=False)
 
     def pseudonymizer(self) -> Pseudonymizer:
@@ -58,13 +63,21 @@ class ConversationRedactor:
 
     def redact(self, conversation: Conversation) -> Redacted:
         names = self.pseudonymizer()
-        redact = names.redact
-        update: dict[str, Any] = {}
+        slots = _Slots(names.allow, self.shortest)
+        system = None
         if conversation.system_instructions and not self.exempt_system_instructions:
-            update["system_instructions"] = redact(conversation.system_instructions)
-        update["messages"] = tuple(_message(message, names) for message in conversation.messages)
-        if conversation.reference:
-            update["reference"] = redact(conversation.reference)
+            system = slots.text(conversation.system_instructions)
+        messages = [[_part_template(part, slots) for part in message.parts] for message in conversation.messages]
+        reference = slots.text(conversation.reference) if conversation.reference else None
+        done = names.redact_many(slots.entries)
+        changed = [entry is not text for entry, text in zip(slots.entries, done, strict=True)]
+        update: dict[str, Any] = {"messages": tuple(
+            _fill_message(message, parts, done, changed)
+            for message, parts in zip(conversation.messages, messages, strict=True))}
+        if system is not None:
+            update["system_instructions"] = done[system]
+        if reference is not None:
+            update["reference"] = done[reference]
         self._count(names)
         return Redacted(conversation.model_copy(update=update), names, dict(names.counts))
 
@@ -82,7 +95,7 @@ class ConversationRedactor:
 
     def describe(self) -> str:
         where = ", ".join(s for s in SURFACES if s in self.surfaces) or "nowhere"
-        names = ", ".join(dict.fromkeys(r.name for r in self.recognizers))
+        names = ", ".join(self.names or dict.fromkeys(r.name for r in self.recognizers))
         return f"redaction on: recognizers {names}; applied to {where}"
 
 
@@ -104,49 +117,131 @@ class NoRedaction:
         return "redaction off: conversations reach the judge, the store and write-back as they were traced"
 
 
-def _message(message: Message, names: Pseudonymizer) -> Message:
-    return message.model_copy(update={"parts": tuple(_part(part, names) for part in message.parts)})
+@dataclass(frozen=True)
+class _Slot:
+    index: int
+    number: int | float | None = None
+    """The JSON number the text was made from (kept when nothing in it is redacted)."""
 
 
-def _part(part: Part, names: Pseudonymizer) -> Part:
-    update: dict[str, Any] = {}
+@dataclass(frozen=True)
+class _JsonText:
+    """A string that held a JSON object or array: redacted inside, written back as JSON if anything changed."""
+
+    original: str
+    parsed: Any
+    template: Any
+
+
+class _Slots:
+    """The texts of a conversation in reading order, each one a slot of the templates that rebuild it."""
+
+    def __init__(self, allow: frozenset[str], shortest: int = 1) -> None:
+        self.entries: list[str | Forced] = []
+        self.allow = allow
+        self.shortest = shortest
+        """JSON strings shorter than this are not looked at (no recognizer matches them)."""
+
+    def text(self, text: str) -> int:
+        self.entries.append(text)
+        return len(self.entries) - 1
+
+    def template(self, value: Any, key: str | None = None) -> Any:
+        """``value`` with each string (and each number long enough to be a card or phone number) replaced by a
+        ``_Slot``; keys and structure kept."""
+        if isinstance(value, str):
+            return self._string(value, key)
+        if isinstance(value, dict):
+            return {k: self.template(v, str(k)) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return [self.template(v, key) for v in value]
+        if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= MIN_NUMBER_VALUE:
+            return _Slot(self.text(str(value)), value)
+        return value  # booleans, null, short numbers, floats
+
+    def _string(self, value: str, key: str | None) -> Any:
+        if len(value) < self.shortest:
+            return value
+        stripped = value.strip()
+        if stripped[:1] in ("{", "[") and stripped[-1:] in ("}", "]"):
+            try:
+                parsed = json.loads(stripped)
+            except (ValueError, RecursionError):
+                parsed = None
+            if isinstance(parsed, dict | list):
+                return _JsonText(value, parsed, self.template(parsed, key))
+        if (key is not None and _secret_key(key) and high_entropy(stripped)
+                and not any(ch.isspace() for ch in stripped) and _allow_key(stripped) not in self.allow):
+            self.entries.append(Forced("SECRET", stripped, "secret_after_keyword"))
+            return _Slot(len(self.entries) - 1)
+        return _Slot(self.text(value))
+
+
+MIN_NUMBER_VALUE = 1_000_000
+"""JSON numbers from 7 digits on are looked at (a card or phone number sent as a number); smaller ones are
+amounts and counts."""
+
+
+@functools.lru_cache(maxsize=4096)
+def _secret_key(key: str) -> bool:
+    return SECRET_KEY_NAMES.search(key) is not None
+
+
+def _fill(template: Any, done: Sequence[str]) -> Any:
+    if isinstance(template, _Slot):
+        text = done[template.index]
+        if template.number is not None and text == str(template.number):
+            return template.number
+        return text
+    if isinstance(template, _JsonText):
+        filled = _fill(template.template, done)
+        return template.original if filled == template.parsed else json.dumps(filled, ensure_ascii=False)
+    if isinstance(template, dict):
+        return {k: _fill(v, done) for k, v in template.items()}
+    if isinstance(template, list):
+        return [_fill(v, done) for v in template]
+    return template
+
+
+def _part_template(part: Part, slots: _Slots) -> dict[str, Any]:
+    """The part's fields as templates, with ``slots`` the range of entries they use (a part none of whose texts
+    changed is kept as it is)."""
+    first = len(slots.entries)
+    template: dict[str, Any] = {}
     if part.content:
-        update["content"] = names.redact(part.content)
+        template["content"] = slots.text(part.content)
     if part.arguments is not None:
-        update["arguments"] = redact_value(part.arguments, names)
+        template["arguments"] = slots.template(part.arguments)
     if part.response is not None:
-        update["response"] = redact_value(part.response, names)
+        template["response"] = slots.template(part.response)
     if part.data:
-        update["data"] = redact_value(part.data, names)
-    return part.model_copy(update=update) if update else part
+        template["data"] = slots.template(part.data)
+    template["slots"] = (first, len(slots.entries))
+    return template
+
+
+def _fill_message(message: Message, parts: list[dict[str, Any]], done: Sequence[str], changed: Sequence[bool]
+                  ) -> Message:
+    if not any(any(changed[t["slots"][0]:t["slots"][1]]) for t in parts):
+        return message
+    return message.model_copy(update={"parts": tuple(
+        _fill_part(part, template, done, changed) for part, template in zip(message.parts, parts, strict=True))})
+
+
+def _fill_part(part: Part, template: dict[str, Any], done: Sequence[str], changed: Sequence[bool]) -> Part:
+    first, end = template["slots"]
+    if not any(changed[first:end]):
+        return part
+    update: dict[str, Any] = {name: _fill(value, done) for name, value in template.items()
+                              if name not in ("content", "slots")}
+    if "content" in template:
+        update["content"] = done[template["content"]]
+    return part.model_copy(update=update)
 
 
 def redact_value(value: Any, names: Pseudonymizer, key: str | None = None) -> Any:
     """A JSON value with each string (and each number that is a value, such as a card number) redacted, keys
     and structure kept. A string holding a JSON object or array is redacted inside and written back as JSON."""
-    if isinstance(value, dict):
-        return {k: redact_value(v, names, str(k)) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [redact_value(v, names, key) for v in value]
-    if isinstance(value, bool) or value is None:
-        return value
-    if isinstance(value, int | float):
-        text = str(value)
-        clean = names.redact(text)
-        return value if clean == text else clean
-    if not isinstance(value, str):
-        return value
-    stripped = value.strip()
-    if stripped[:1] in ("{", "[") and stripped[-1:] in ("}", "]"):
-        try:
-            parsed = json.loads(stripped)
-        except (ValueError, RecursionError):
-            parsed = None
-        if isinstance(parsed, dict | list):
-            clean = redact_value(parsed, names, key)
-            return value if clean == parsed else json.dumps(clean, ensure_ascii=False)
-    if key is not None and SECRET_KEY_NAMES.search(key) and high_entropy(stripped) and not any(
-            ch.isspace() for ch in stripped) and _allow_key(stripped) not in names.allow:
-        names.counts["secret_after_keyword"] += 1
-        return names.placeholder("SECRET", stripped)
-    return names.redact(value)
+    slots = _Slots(names.allow)
+    template = slots.template(value, key)
+    return _fill(template, names.redact_many(slots.entries))

@@ -245,7 +245,9 @@ class StoreSettings(_Section):
     dropped or elided; adaptive items are cached in memory only)."""
     drop_span_content: bool = False
     """Once a conversation is scored, keep only its spans' identifiers, times and usage (their messages are
-    deleted) instead of whole payloads until ``conversation.retention_days``. Needs ``late_turns: ignore``."""
+    deleted) instead of whole payloads until ``conversation.retention_days``. Needs ``late_turns: ignore``.
+    ``redaction.enabled`` (with ``stored_content`` in ``apply_to``) does the same whenever ``late_turns`` is
+    ``ignore``."""
 
     @field_validator("url")
     @classmethod
