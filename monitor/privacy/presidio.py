@@ -43,14 +43,11 @@ def load(entities: Sequence[str], model: str = "en_core_web_sm") -> PresidioReco
     except ImportError as exc:
         raise PresidioMissing("redaction.recognizers names presidio, but presidio-analyzer is not installed "
                               "(pip install 'rubric-monitor[presidio]')") from exc
-    try:
-        import spacy.util
+    import importlib.util
 
-        if not spacy.util.is_package(model):
-            raise PresidioMissing(f"redaction.presidio_model {model!r} is not installed (a spaCy model package, "
-                                  f"such as `pip install {model}` from its release wheel)")
-    except ImportError as exc:
-        raise PresidioMissing("presidio needs spaCy (pip install 'rubric-monitor[presidio]')") from exc
+    if importlib.util.find_spec(model) is None:
+        raise PresidioMissing(f"redaction.presidio_model {model!r} is not installed: install a spaCy English "
+                              "model package (docs/privacy.md)")
     provider = NlpEngineProvider(nlp_configuration={
         "nlp_engine_name": "spacy", "models": [{"lang_code": "en", "model_name": model}]})
     analyzer = AnalyzerEngine(nlp_engine=provider.create_engine(), supported_languages=["en"])
