@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import bisect
 import re
+import threading
 import unicodedata
-from collections import Counter
-from collections.abc import Sequence
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from monitor.privacy.recognizers import Match, TextRecognizer, find_all
@@ -87,6 +88,8 @@ class Pseudonymizer:
     placeholders: dict[tuple[str, str], str] = field(default_factory=dict)
     counts: Counter[str] = field(default_factory=Counter)
     """Values replaced, by recognizer name."""
+    cache: MatchCache | None = None
+    """Matches of long texts shared by the conversations one redactor serves (same recognizers, same allow-list)."""
     _per_label: Counter[str] = field(default_factory=Counter)
 
     def placeholder(self, label: str, key: str) -> str:
@@ -126,36 +129,87 @@ class Pseudonymizer:
     def redact_many(self, texts: Sequence[str | Forced]) -> list[str]:
         """``redact`` of each text, matched in one pass over them all (joined by a line break the recognizers
         never match across; a match that would is dropped); a ``Forced`` entry is a value already known to be
-        one (a secret under a key named like one) and becomes its placeholder. Placeholders are numbered in the
-        order of the entries."""
-        plain = [t if isinstance(t, str) else "" for t in texts]
-        joined = SEPARATOR.join(plain)
-        found = self.matches(joined) if joined.strip() else []
+        one (a secret under a key named like one) and becomes its placeholder. A text of ``REUSE_CHARS`` or more
+        has its matches from ``cache`` when given (an agent's system instructions are the same in each of its
+        conversations). Placeholders are numbered in the order of the entries."""
+        per_entry = self._matches_per_entry(texts)
         out: list[str] = []
-        position = 0
-        index = 0
-        for entry, text in zip(texts, plain, strict=True):
-            end = position + len(text)
+        for entry, found in zip(texts, per_entry, strict=True):
             if isinstance(entry, Forced):
                 self.counts[entry.recognizer] += 1
                 out.append(self.placeholder(entry.label, entry.key))
-            else:
-                pieces: list[str] = []
-                at = position
-                while index < len(found) and found[index].start < end:
-                    match = found[index]
-                    index += 1
-                    if match.start < position or match.end > end:
-                        continue  # across two texts: not a value of either
-                    pieces.append(joined[at:match.start])
-                    pieces.append(self.placeholder(match.label, match.key))
-                    self.counts[match.recognizer] += 1
-                    at = match.end
-                out.append(text if at == position else "".join(pieces) + joined[at:end])
-            position = end + len(SEPARATOR)
-            while index < len(found) and found[index].start < position:
-                index += 1  # a match starting in the separator
+                continue
+            if not found:
+                out.append(entry)
+                continue
+            pieces: list[str] = []
+            at = 0
+            for match in found:
+                pieces.append(entry[at:match.start])
+                pieces.append(self.placeholder(match.label, match.key))
+                self.counts[match.recognizer] += 1
+                at = match.end
+            pieces.append(entry[at:])
+            out.append("".join(pieces))
         return out
+
+    def _matches_per_entry(self, texts: Sequence[str | Forced]) -> list[list[Match]]:
+        """Each text's matches, offsets within it."""
+        per_entry: list[list[Match]] = [[] for _ in texts]
+        joined_parts: list[str] = []
+        owners: list[tuple[int, int, int]] = []  # (entry, start in joined, end in joined)
+        position = 0
+        for index, entry in enumerate(texts):
+            if isinstance(entry, Forced) or not entry:
+                continue
+            if self.cache is not None and len(entry) >= REUSE_CHARS:
+                per_entry[index] = self.cache.matches(entry, self.matches)
+                continue
+            if joined_parts:
+                joined_parts.append(SEPARATOR)
+                position += len(SEPARATOR)
+            joined_parts.append(entry)
+            owners.append((index, position, position + len(entry)))
+            position += len(entry)
+        if not owners:
+            return per_entry
+        found = self.matches("".join(joined_parts))
+        cursor = 0
+        for match in found:
+            while cursor < len(owners) and owners[cursor][2] <= match.start:
+                cursor += 1
+            if cursor == len(owners):
+                break
+            index, start, end = owners[cursor]
+            if match.start >= start and match.end <= end:  # else across two texts: not a value of either
+                per_entry[index].append(Match(match.start - start, match.end - start, match.recognizer,
+                                              match.label, match.key))
+        return per_entry
+
+
+REUSE_CHARS = 2048
+
+
+class MatchCache:
+    """The matches of long texts seen lately (``REUSE_CHARS`` or more), least recently used dropped first."""
+
+    def __init__(self, capacity: int = 32) -> None:
+        self.capacity = capacity
+        self._held: OrderedDict[str, list[Match]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def matches(self, text: str, find: Callable[[str], list[Match]]) -> list[Match]:
+        with self._lock:
+            found = self._held.get(text)
+            if found is not None:
+                self._held.move_to_end(text)
+                return found
+        found = find(text)
+        with self._lock:
+            self._held[text] = found
+            while len(self._held) > self.capacity:
+                self._held.popitem(last=False)
+        return found
 
 
 SEPARATOR = "\n\n"

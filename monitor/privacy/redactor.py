@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from monitor.models import Conversation, Message, Part
-from monitor.privacy.pseudonymize import Forced, Pseudonymizer, _allow_key
+from monitor.privacy.pseudonymize import Forced, MatchCache, Pseudonymizer, _allow_key
 from monitor.privacy.recognizers import SECRET_KEY_NAMES, TextRecognizer, high_entropy
 
 SURFACES = ("judge_prompt", "stored_content", "writeback", "logs", "review_page")
@@ -56,14 +56,17 @@ class ConversationRedactor:
     """The recognizers as the settings name them (said at start), when not one per recognizer object."""
     shortest: int = 1
     """The fewest characters a recognizer matches (JSON strings shorter are skipped)."""
+    reuse_long_texts: bool = True
+    """Keep the matches of long texts (an agent's system instructions) for its next conversations."""
     enabled: bool = field(default=True, init=False)
+    _cache: MatchCache = field(default_factory=MatchCache, init=False, repr=False)
 
     def pseudonymizer(self) -> Pseudonymizer:
-        return Pseudonymizer(self.recognizers, self.allow)
+        return Pseudonymizer(self.recognizers, self.allow, cache=self._cache if self.reuse_long_texts else None)
 
     def redact(self, conversation: Conversation) -> Redacted:
         names = self.pseudonymizer()
-        slots = _Slots(names.allow, self.shortest)
+        slots = Slots(names.allow, self.shortest)
         system = None
         if conversation.system_instructions and not self.exempt_system_instructions:
             system = slots.text(conversation.system_instructions)
@@ -133,7 +136,7 @@ class _JsonText:
     template: Any
 
 
-class _Slots:
+class Slots:
     """The texts of a conversation in reading order, each one a slot of the templates that rebuild it."""
 
     def __init__(self, allow: frozenset[str], shortest: int = 1) -> None:
@@ -187,23 +190,23 @@ def _secret_key(key: str) -> bool:
     return SECRET_KEY_NAMES.search(key) is not None
 
 
-def _fill(template: Any, done: Sequence[str]) -> Any:
+def fill_template(template: Any, done: Sequence[str]) -> Any:
     if isinstance(template, _Slot):
         text = done[template.index]
         if template.number is not None and text == str(template.number):
             return template.number
         return text
     if isinstance(template, _JsonText):
-        filled = _fill(template.template, done)
+        filled = fill_template(template.template, done)
         return template.original if filled == template.parsed else json.dumps(filled, ensure_ascii=False)
     if isinstance(template, dict):
-        return {k: _fill(v, done) for k, v in template.items()}
+        return {k: fill_template(v, done) for k, v in template.items()}
     if isinstance(template, list):
-        return [_fill(v, done) for v in template]
+        return [fill_template(v, done) for v in template]
     return template
 
 
-def _part_template(part: Part, slots: _Slots) -> dict[str, Any]:
+def _part_template(part: Part, slots: Slots) -> dict[str, Any]:
     """The part's fields as templates, with ``slots`` the range of entries they use (a part none of whose texts
     changed is kept as it is)."""
     first = len(slots.entries)
@@ -232,16 +235,8 @@ def _fill_part(part: Part, template: dict[str, Any], done: Sequence[str], change
     first, end = template["slots"]
     if not any(changed[first:end]):
         return part
-    update: dict[str, Any] = {name: _fill(value, done) for name, value in template.items()
+    update: dict[str, Any] = {name: fill_template(value, done) for name, value in template.items()
                               if name not in ("content", "slots")}
     if "content" in template:
         update["content"] = done[template["content"]]
     return part.model_copy(update=update)
-
-
-def redact_value(value: Any, names: Pseudonymizer, key: str | None = None) -> Any:
-    """A JSON value with each string (and each number that is a value, such as a card number) redacted, keys
-    and structure kept. A string holding a JSON object or array is redacted inside and written back as JSON."""
-    slots = _Slots(names.allow)
-    template = slots.template(value, key)
-    return _fill(template, names.redact_many(slots.entries))

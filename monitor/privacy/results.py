@@ -20,7 +20,7 @@ from typing import Any
 from monitor.models import Conversation, DimensionScore, EvaluationResult
 from monitor.privacy.pseudonymize import Pseudonymizer
 from monitor.privacy.recognizers import BUILTIN, find_all
-from monitor.privacy.redactor import redact_value
+from monitor.privacy.redactor import Slots, fill_template
 
 ELIDED = "[…]"
 QUOTE_CHARS = 12
@@ -33,19 +33,29 @@ safety excerpts, adaptive items generated from the request, match reasoning) or 
 
 
 def redact_result(result: EvaluationResult, names: Pseudonymizer, prompt_redacted: bool) -> EvaluationResult:
-    """``result`` with the conversation's values in the judge's words replaced by their placeholders."""
+    """``result`` with the conversation's values in the judge's words replaced by their placeholders (all its
+    texts matched in one pass)."""
+    slots = Slots(names.allow)
+    reason = slots.text(result.reason)
+    dimensions = [slots.text(d.reason) for d in result.dimension_scores]
+    details = slots.template(result.details)
+    unscored = slots.text(result.unscored_reason) if result.unscored_reason else None
+    raw_reply = slots.text(result.raw_reply) if result.raw_reply else None
+    prompt = ([slots.text(m.get("content", "")) for m in result.prompt]
+              if result.prompt and not prompt_redacted else None)
+    done = names.redact_many(slots.entries)
     update: dict[str, Any] = {
-        "reason": names.redact(result.reason),
-        "dimension_scores": tuple(d.model_copy(update={"reason": names.redact(d.reason)})
-                                  for d in result.dimension_scores),
-        "details": redact_value(result.details, names),
+        "reason": done[reason],
+        "dimension_scores": tuple(d.model_copy(update={"reason": done[i]})
+                                  for d, i in zip(result.dimension_scores, dimensions, strict=True)),
+        "details": fill_template(details, done),
     }
-    if result.unscored_reason:
-        update["unscored_reason"] = names.redact(result.unscored_reason)
-    if result.raw_reply:
-        update["raw_reply"] = names.redact(result.raw_reply)
-    if result.prompt and not prompt_redacted:
-        update["prompt"] = [{**m, "content": names.redact(m.get("content", ""))} for m in result.prompt]
+    if unscored is not None:
+        update["unscored_reason"] = done[unscored]
+    if raw_reply is not None:
+        update["raw_reply"] = done[raw_reply]
+    if prompt is not None and result.prompt:
+        update["prompt"] = [{**m, "content": done[i]} for m, i in zip(result.prompt, prompt, strict=True)]
     return result.model_copy(update=update)
 
 
