@@ -66,20 +66,26 @@ def cpu_per_item(work: Any, items: list[Any], repeats: int) -> list[float]:
     return [statistics.median(t) for t in times]
 
 
-def pipeline_cpu(spans: list[list[SpanRecord]], evaluator: Evaluator, repeats: int) -> float:
-    """CPU seconds for assembling and judging every conversation once (median of ``repeats`` passes)."""
+def pipeline_cpu(spans: list[list[SpanRecord]], evaluators: list[Evaluator], repeats: int) -> list[float]:
+    """CPU seconds for assembling and judging every conversation once with each evaluator (median of ``repeats``
+    passes); the evaluators take turns conversation by conversation, so a change in the machine's load falls on
+    them alike."""
     rubric = parse_rubric(RUBRIC, "bench.yaml", builtin_version)
     context = EvaluationContext(judge=ScriptedJudge(_reply), settings=JudgeSettings())
     loop = asyncio.new_event_loop()
-    passes = []
+    passes: list[list[float]] = [[] for _ in evaluators]
     for _ in range(repeats):
-        started = time.process_time()
+        totals = [0.0 for _ in evaluators]
         for group in spans:
-            conversation = assemble(group).conversations[0]
-            loop.run_until_complete(evaluator.evaluate(conversation, rubric, context))
-        passes.append(time.process_time() - started)
+            for index, evaluator in enumerate(evaluators):
+                started = time.process_time()
+                conversation = assemble(group).conversations[0]
+                loop.run_until_complete(evaluator.evaluate(conversation, rubric, context))
+                totals[index] += time.process_time() - started
+        for index, total in enumerate(totals):
+            passes[index].append(total)
     loop.close()
-    return statistics.median(passes)
+    return [statistics.median(p) for p in passes]
 
 
 def report(name: str, redactor: ConversationRedactor, conversations: list[Conversation], repeats: int) -> float:
@@ -118,11 +124,8 @@ def main() -> None:
     else:
         assert isinstance(presidio, ConversationRedactor)
         report(f"built-in + Presidio ({model}), first 20 conversations", presidio, conversations[:20], 1)
-    # Alternated pass by pass, so that a change in the machine's load falls on both alike.
-    passes = [(pipeline_cpu(spans, WeightedEvaluator(), 1),
-               pipeline_cpu(spans, PrivateEvaluator(WeightedEvaluator(), built_in), 1)) for _ in range(repeats)]
-    plain = statistics.median(p[0] for p in passes)
-    private = statistics.median(p[1] for p in passes)
+    plain, private = pipeline_cpu(spans, [WeightedEvaluator(), PrivateEvaluator(WeightedEvaluator(), built_in)],
+                                  repeats)
     print()
     print(f"pipeline's own CPU (assemble + weighted evaluation over the scripted judge), {len(spans)} conversations: "
           f"{plain:.3f} s without redaction, {private:.3f} s with it (+{(private - plain) / plain:.1%}); "

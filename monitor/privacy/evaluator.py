@@ -11,6 +11,7 @@ events and the alerts' examples all derive from redacted text.
 
 from __future__ import annotations
 
+import asyncio
 from collections import OrderedDict
 from typing import Any
 
@@ -30,19 +31,26 @@ class RedactionMemo:
     def __init__(self, redactor: Redactor, size: int = MEMO) -> None:
         self.redactor = redactor
         self.size = size
-        self._held: OrderedDict[int, tuple[Conversation, Redacted]] = OrderedDict()
+        self._held: OrderedDict[int, tuple[Conversation, asyncio.Future[Redacted]]] = OrderedDict()
 
-    def redacted(self, conversation: Conversation) -> Redacted:
+    async def redacted(self, conversation: Conversation) -> Redacted:
+        """The conversation redacted, once for all the rubrics judging it. A slow redactor (Presidio: a few
+        hundred milliseconds) runs in a worker thread, so the judge calls in flight on the loop go on meanwhile."""
         key = id(conversation)
         held = self._held.get(key)
         if held is not None and held[0] is conversation:
             self._held.move_to_end(key)
-            return held[1]
-        redacted = self.redactor.redact(conversation)
-        self._held[key] = (conversation, redacted)  # the object is held: its id cannot be reused meanwhile
+            return await held[1]
+        future: asyncio.Future[Redacted]
+        if self.redactor.slow:
+            future = asyncio.ensure_future(asyncio.to_thread(self.redactor.redact, conversation))
+        else:
+            future = asyncio.get_running_loop().create_future()
+            future.set_result(self.redactor.redact(conversation))
+        self._held[key] = (conversation, future)  # the object is held: its id cannot be reused meanwhile
         while len(self._held) > self.size:
             self._held.popitem(last=False)
-        return redacted
+        return await future
 
 
 class PrivateEvaluator:
@@ -54,13 +62,13 @@ class PrivateEvaluator:
         self.store_content = store_content
         self.memo = memo or RedactionMemo(redactor)
 
-    def redacted(self, conversation: Conversation) -> Redacted:
-        return self.memo.redacted(conversation)
+    async def redacted(self, conversation: Conversation) -> Redacted:
+        return await self.memo.redacted(conversation)
 
     async def evaluate(self, conversation: Conversation, rubric: Any, context: EvaluationContext
                        ) -> list[EvaluationResult]:
         surfaces = self.redactor.surfaces
-        redacted = self.redacted(conversation) if self.redactor.enabled else None
+        redacted = await self.redacted(conversation) if self.redactor.enabled else None
         shown = conversation
         if redacted is not None and "judge_prompt" in surfaces:
             shown = redacted.conversation

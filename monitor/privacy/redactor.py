@@ -33,6 +33,8 @@ class Redacted:
 
 class Redactor(Protocol):
     enabled: bool
+    slow: bool
+    """Takes long enough per conversation (Presidio) to be run off the event loop."""
     surfaces: frozenset[str]
     exempt_rubric_text: bool
 
@@ -56,6 +58,7 @@ class ConversationRedactor:
     """The recognizers as the settings name them (said at start), when not one per recognizer object."""
     shortest: int = 1
     """The fewest characters a recognizer matches (JSON strings shorter are skipped)."""
+    slow: bool = False
     reuse_long_texts: bool = True
     """Keep the matches of long texts (an agent's system instructions) for its next conversations."""
     enabled: bool = field(default=True, init=False)
@@ -107,6 +110,7 @@ class NoRedaction:
     """Redaction off: every text passes as it is."""
 
     enabled: bool = False
+    slow: bool = False
     surfaces: frozenset[str] = frozenset()
     exempt_rubric_text: bool = True
 
