@@ -289,3 +289,34 @@ def test_the_rubrics_of_one_conversation_share_one_redaction(slow: bool) -> None
     assert len(judge.requests) == 3 and len(prompts) == 1
     for result in results:
         assert leaks(result.model_dump_json()) == [] and "charged <CARD_1>" in result.reason
+
+
+def test_the_rubric_text_is_exempt_unless_the_setting_says_otherwise() -> None:
+    import asyncio
+
+    from monitor.evaluators.base import EvaluationContext
+    from monitor.evaluators.versions import builtin_version
+    from monitor.evaluators.weighted import WeightedEvaluator
+    from monitor.judge.base import JudgeRequest
+    from monitor.judge.scripted import ScriptedJudge
+    from monitor.privacy.evaluator import PrivateEvaluator
+    from monitor.rubrics.loader import parse_rubric
+    from monitor.settings import JudgeSettings
+
+    def reply(request: JudgeRequest) -> str:
+        ids = request.schema["properties"]["dimensions"]["required"]
+        return json.dumps({"dimensions": {d: {"reason": "ok", "applicable": True, "score": 4} for d in ids}})
+
+    rubric = parse_rubric({"name": "r", "kind": "weighted", "description": f"Escalate to {RAW['email_b']}.",
+                           "dimensions": [{"id": "d", "description": f"Uses {RAW['email_b']}.", "weight": 1}]},
+                          "r.yaml", builtin_version)
+    prompts = {}
+    for exempt in (True, False):
+        judge = ScriptedJudge(reply)
+        evaluator = PrivateEvaluator(WeightedEvaluator(), redactor(exempt_rubric_text=exempt))
+        context = EvaluationContext(judge=judge, settings=JudgeSettings())
+        asyncio.run(evaluator.evaluate(conversations()["privacy-bank"], rubric, context))
+        prompts[exempt] = "\n".join(m.content for m in judge.requests[0].messages)
+    assert f"Uses {RAW['email_b']}." in prompts[True]
+    assert RAW["email_b"] not in prompts[False] and "Uses <EMAIL_1>." in prompts[False]
+    assert "&lt;EMAIL_1&gt;" in prompts[False]  # the conversation's placeholder for the same address
