@@ -130,10 +130,12 @@ class Judging:
 
 
 def build_judging(settings: Settings, rubric: Rubric, where: str, *, registry: CollectorRegistry | None = None,
-                  item_store: ItemStore | None = None, store_content: bool | None = None) -> Judging:
+                  item_store: ItemStore | None = None, store_content: bool | None = None,
+                  metrics: MonitorMetrics | None = None) -> Judging:
     """The evaluator for ``rubric``'s kind (``ConfigError`` on ``where`` when there is none), the judge the
     settings name and the effective judge settings. ``store_content`` defaults to ``store.store_content``."""
-    metrics = MonitorMetrics(registry or CollectorRegistry())
+    # ``metrics`` when the caller already registered them on ``registry`` (a registry takes each metric once).
+    metrics = metrics or MonitorMetrics(registry or CollectorRegistry())
     redactor = build_privacy(settings, metrics)
     if not settings.store.store_content:
         item_store = None  # generated items are rewritten from the request: conversation text
@@ -183,7 +185,7 @@ def build_backfill(settings: Settings, rubric_name: str, since: datetime, regist
     store = SqlStore(store_url(settings), settings.store.migrate)
     try:
         judging = build_judging(settings, rubric, str(settings.rubrics.directory), registry=registry,
-                                item_store=store)
+                                item_store=store, metrics=metrics)
         source = build_source(source_settings, metrics)
     except Exception:
         store.close()
