@@ -40,6 +40,9 @@ from monitor.pipeline import (
     WriteBackStep,
 )
 from monitor.pipeline.backfill import Backfill, Progress
+from monitor.privacy import Redactor, build_redactor
+from monitor.privacy.evaluator import private_evaluators
+from monitor.privacy.logs import install_personal_data_filter
 from monitor.redaction import redact
 from monitor.rubrics.registry import RubricRegistry
 from monitor.rubrics.schema import Rubric
@@ -136,14 +139,38 @@ def build_judging(settings: Settings, rubric: Rubric, where: str, *, metrics: Mo
                   item_store: ItemStore | None = None, store_content: bool | None = None) -> Judging:
     """The evaluator for ``rubric``'s kind (``ConfigError`` on ``where`` when there is none), the judge the
     settings name and the effective judge settings. ``store_content`` defaults to ``store.store_content``."""
-    evaluator = build_evaluators(settings.judge.cache_size, item_store, settings.media).get(rubric.kind)
+    # The caller's ``metrics`` when it has them: a registry takes each metric once.
+    metrics = metrics or MonitorMetrics(CollectorRegistry())
+    redactor = build_privacy(settings, metrics)
+    if not settings.store.store_content:
+        item_store = None  # generated items are rewritten from the request: conversation text
+    evaluators = private_evaluators(build_evaluators(settings.judge.cache_size, item_store, settings.media), redactor,
+                                    settings.store.store_content)
+    evaluator = evaluators.get(rubric.kind)
     if evaluator is None:
         raise ConfigError(where, "kind", f"no evaluator for kind {rubric.kind!r}")
-    judge = build_judge(settings.judge, metrics or MonitorMetrics(CollectorRegistry()))
+    judge = build_judge(settings.judge, metrics)
     context = EvaluationContext(
         judge=judge, settings=effective_judge_settings(settings.judge),
         store_content=settings.store.store_content if store_content is None else store_content)
     return Judging(evaluator, judge, context)
+
+
+def build_privacy(settings: Settings, metrics: MonitorMetrics) -> Redactor:
+    """The redactor of ``redaction:`` with its metric, and the log filter when it applies to logs; the recognizers
+    in force are logged (a privacy officer reads them in the start-up lines)."""
+    redactor = build_redactor(settings.redaction, lambda name, n: metrics.redactions.labels(name).inc(n))
+    install_personal_data_filter(redactor.redact_text if "logs" in redactor.surfaces else None)
+    log.info("%s", redactor.describe())
+    return redactor
+
+
+def span_content_dropped_by_redaction(settings: Settings) -> bool:
+    """Redacted results would be pointless next to the raw spans they came from: with redaction on for stored
+    content, spans are stripped once their conversation is scored (unless late turns need them)."""
+    redaction = settings.redaction
+    return (redaction.enabled and "stored_content" in redaction.apply_to
+            and settings.conversation.late_turns == "ignore")
 
 
 def build_backfill(settings: Settings, rubric_name: str, since: datetime, registry: CollectorRegistry) -> Backfill:
@@ -303,7 +330,22 @@ def build_monitor(settings: Settings, registry: CollectorRegistry | None = None)
         log.warning("%s", embedded_warning)
     delay = settings.source.ingestion_delay_seconds if settings.source.kind == "app_insights" else 0.0
     judge_settings = effective_judge_settings(settings.judge)
-    evaluators = build_evaluators(settings.judge.cache_size, store, settings.media)
+    try:
+        redactor = build_privacy(settings, metrics)
+    except ConfigError:
+        store.close()
+        single.release()
+        stages.close()
+        raise
+    store.drop_span_content = settings.store.drop_span_content or span_content_dropped_by_redaction(settings)
+    if redactor.enabled and "stored_content" in redactor.surfaces and not store.drop_span_content:
+        log.warning("redaction: spans keep their raw payloads until conversation.retention_days (late_turns "
+                    "rescore needs them); use late_turns: ignore to have them stripped once a conversation is scored")
+    # Generated adaptive items are rewritten from the request: kept in memory only without content storage.
+    evaluators = private_evaluators(
+        build_evaluators(settings.judge.cache_size, store if settings.store.store_content else None,
+                         settings.media), redactor,
+        settings.store.store_content)
     pipeline = Pipeline(
         source=source,
         store=store,
@@ -344,8 +386,9 @@ def build_monitor(settings: Settings, registry: CollectorRegistry | None = None)
     )
     health.warning_checks["judge_drift"] = canaries.warning
     exporter = build_exporter(settings.writeback)
-    writeback = None if exporter is None else WriteBack(store, exporter, settings.writeback.kind, metrics.runtime,
-                                                        settings.writeback.batch)
+    writeback = None if exporter is None else WriteBack(
+        store, exporter, settings.writeback.kind, metrics.runtime, settings.writeback.batch,
+        scrub=redactor.redact_text if "writeback" in redactor.surfaces else None)
     receiver = None
     if settings.source.kind == "otlp_receiver":
         from monitor.sources.otlp_receiver import OtlpReceiverSource

@@ -17,7 +17,7 @@ judge model, turn, revision, result id).
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from opentelemetry._logs import LogRecord
@@ -107,12 +107,17 @@ def trace_context(spans: Sequence[SpanRecord], result: EvaluationResult) -> tupl
         return 0, 0, None if response is None else str(response)
 
 
-def event(result_id: int, result: EvaluationResult, spans: Sequence[SpanRecord]) -> ReadableLogRecord:
+def event(result_id: int, result: EvaluationResult, spans: Sequence[SpanRecord],
+          scrub: Callable[[str], str] | None = None) -> ReadableLogRecord:
+    """``scrub`` redacts the explanation (``redaction.apply_to`` has ``writeback``)."""
     trace_id, span_id, response_id = trace_context(spans, result)
+    explanation = result.reason or result.unscored_reason or ""
+    if scrub is not None:
+        explanation = scrub(explanation)
     attributes: dict[str, Any] = {
         "gen_ai.evaluation.name": result.rubric,
         "gen_ai.evaluation.score.label": result.outcome,
-        "gen_ai.evaluation.explanation": (result.reason or result.unscored_reason or "")[:EXPLANATION_MAX_CHARS],
+        "gen_ai.evaluation.explanation": explanation[:EXPLANATION_MAX_CHARS],
         "gen_ai.conversation.id": result.conversation_id,
         "rubric_monitor.rubric_version": result.rubric_version,
         "rubric_monitor.rubric_kind": result.rubric_kind,
@@ -143,8 +148,9 @@ class WriteBack:
     """Drains the outbox through one exporter, ``batch`` events per request, at the end of every cycle."""
 
     def __init__(self, store: SqlStore, exporter: LogRecordExporter, name: str, metrics: RuntimeMetrics,
-                 batch: int = 200) -> None:
+                 batch: int = 200, scrub: Callable[[str], str] | None = None) -> None:
         self.store = store
+        self.scrub = scrub
         self.exporter = exporter
         self.name = name
         self.metrics = metrics
@@ -165,7 +171,7 @@ class WriteBack:
                     batch = self.store.outbox_batch(self.batch)
                     if not batch:
                         break
-                    records = [event(result_id, result, self.store.spans_of(result.conversation_id))
+                    records = [event(result_id, result, self.store.spans_of(result.conversation_id), self.scrub)
                                for result_id, result in batch]
                     ids = [result_id for result_id, _ in batch]
                     if self.exporter.export(records) != LogRecordExportResult.SUCCESS:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
 import sys
 from collections.abc import Sequence
@@ -165,6 +166,29 @@ def show_results(args: argparse.Namespace, settings: Settings, out: TextIO) -> i
     return 0
 
 
+PLACEHOLDER = re.compile(r"<[A-Z][A-Z0-9_]*_\d+>")
+
+
+def _redaction_lines(r: EvaluationResult) -> list[str]:
+    """Which values were replaced before the judge saw the conversation, and where the placeholders are."""
+    counts = r.details.get("redacted")
+    if not isinstance(counts, dict) or not counts:
+        return []
+    texts = [r.reason, *(d.reason for d in r.dimension_scores), r.raw_reply or "",
+             *(m.get("content", "") for m in r.prompt or [])]
+    seen = sorted({p for text in texts for p in PLACEHOLDER.findall(text)})
+    summary = ", ".join(f"{n} {name}" for name, n in sorted(counts.items()))
+    lines = [f"redacted before judging: {summary} (placeholders such as <EMAIL_1> stand for them)"]
+    if seen:
+        lines.append("placeholders shown here: " + ", ".join(seen))
+    return lines
+
+
+def _mark(text: str) -> str:
+    """Placeholders marked in the prompt and reply, so a reader tells them from the agent's own text."""
+    return PLACEHOLDER.sub(lambda m: f"[redacted {m.group(0)[1:-1]}]", text)
+
+
 def _describe(r: EvaluationResult) -> str:
     turn = "" if r.turn_index is None else f", assistant turn {r.turn_index}"
     superseded = f" (revision {r.revision})" if r.revision else ""
@@ -185,6 +209,7 @@ def _describe(r: EvaluationResult) -> str:
             lines.append(f"  {d.id} (weight {d.weight}): {score}" + (f" - {d.reason}" if d.reason else ""))
     if r.details:
         lines.append("details: " + json.dumps(r.details, ensure_ascii=False, indent=1))
+    lines.extend(_redaction_lines(r))
     lines.append(f"judge calls {r.judge_calls}, tokens in {r.input_tokens} / out {r.output_tokens}, "
                  f"cost ${r.cost_usd:.4f}, response mode {r.response_mode or '-'}"
                  + (", conversation cut to fit the judge's context" if r.context_truncated else ""))
@@ -194,8 +219,8 @@ def _describe(r: EvaluationResult) -> str:
         lines.append("prompt sent to the judge:")
         for message in r.prompt:
             lines.append(f"--- {message.get('role', '?')} ---")
-            lines.append(message.get("content", ""))
+            lines.append(_mark(message.get("content", "")))
         lines.append("--- judge reply ---")
-        lines.append(r.raw_reply or "(none)")
+        lines.append(_mark(r.raw_reply or "(none)"))
     # A reason stored by an earlier release may hold a key an endpoint echoed back.
     return redact("\n".join(lines))

@@ -105,6 +105,13 @@ class MonitorMetrics:
             ["rubric", "reason"],
             registry=registry,
         )
+        self.redactions = Counter(
+            "rubric_monitor_redactions",
+            "Values replaced by a placeholder before the judge, the store and the logs saw them, by recognizer "
+            "(redaction.enabled).",
+            ["recognizer"],
+            registry=registry,
+        )
         # ④ judge
         self.judge_requests = Counter(
             "rubric_monitor_judge_requests",

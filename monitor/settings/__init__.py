@@ -19,6 +19,7 @@ from monitor.settings.schema import (
     OtlpFileSourceSettings,
     OtlpReceiverSourceSettings,
     PriceSettings,
+    RedactionSettings,
     ReplicaSettings,
     RetentionSettings,
     ReviewSettings,
@@ -37,7 +38,7 @@ __all__ = [
     "ENV_PREFIX", "MAX_SECONDS", "AlertSettings", "AppInsightsCredentialSettings", "AppInsightsSourceSettings",
     "CanarySettings", "ConversationSettings", "JudgeSettings", "LocalJudgeSettings", "MediaSettings",
     "MetricsSettings", "NotifierSettings", "OtlpFileSourceSettings", "OtlpReceiverSourceSettings", "PriceSettings",
-    "ReplicaSettings", "RetentionSettings", "ReviewSettings", "RubricSettings", "SamplingSettings", "Settings",
-    "SilenceSettings", "SourceSettings", "StoreSettings", "WritebackSettings", "check_one_line", "load_settings",
-    "read_secret",
+    "RedactionSettings", "ReplicaSettings", "RetentionSettings", "ReviewSettings", "RubricSettings",
+    "SamplingSettings", "Settings", "SilenceSettings", "SourceSettings", "StoreSettings", "WritebackSettings",
+    "check_one_line", "load_settings", "read_secret",
 ]

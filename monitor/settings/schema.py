@@ -386,13 +386,70 @@ class StoreSettings(_Section):
     """Schema migrations at start-up. ``check``: create an empty database, refuse (exit 2) one whose schema is
     behind this release (run ``rubric-monitor db upgrade``). ``auto``: upgrade it."""
     store_content: bool = True
-    """Keep the exact prompt and raw judge reply with each result (turn off when transcripts are sensitive)."""
+    """Keep the exact prompt and raw judge reply with each result. False: no conversation text in any stored
+    result, write-back event or notification (the judge's quotes, sentences, excerpts and generated items are
+    dropped or elided; adaptive items are cached in memory only)."""
+    drop_span_content: bool = False
+    """Once a conversation is scored, keep only its spans' identifiers, times and usage (their messages are
+    deleted) instead of whole payloads until ``conversation.retention_days``. Needs ``late_turns: ignore``.
+    ``redaction.enabled`` (with ``stored_content`` in ``apply_to``) does the same whenever ``late_turns`` is
+    ``ignore``."""
 
     @field_validator("url")
     @classmethod
     def _remember_password(cls, value: str) -> str:
         remember_url_password(value)
         return SecretUrl(value)
+
+
+RecognizerName = Literal["secret", "secret_after_keyword", "email", "iban", "card", "phone", "ipv4", "ipv6",
+                         "presidio"]
+RedactionSurface = Literal["judge_prompt", "stored_content", "writeback", "logs", "review_page"]
+
+
+class CustomPatternSettings(_Section):
+    label: str = Field(pattern=r"^[A-Z][A-Z0-9_]{0,31}$")
+    """The placeholder's name: ``ORDER`` gives ``<ORDER_1>``; also the metric's ``recognizer`` label (lower case)."""
+    pattern: str = Field(min_length=1)
+    """A Python regular expression; every match is replaced (the whole match)."""
+
+    @field_validator("pattern")
+    @classmethod
+    def _compiles(cls, value: str) -> str:
+        import re
+
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise ValueError(f"pattern {value!r} is not a regular expression: {exc}") from None
+        return value
+
+
+class RedactionSettings(_Section):
+    enabled: bool = False
+    """Replace personal data and secrets in conversations with placeholders (``<EMAIL_1>``, consistent within a
+    conversation) before the judge, the store, write-back and the logs see them (docs/privacy.md)."""
+    recognizers: tuple[RecognizerName, ...] = ("secret", "secret_after_keyword", "email", "iban", "card", "phone",
+                                               "ipv4", "ipv6")
+    """Built-in recognizers to use; ``presidio`` adds Microsoft Presidio's (names, addresses, ...) when installed
+    (``pip install rubric-monitor[presidio]`` and a spaCy model)."""
+    presidio_entities: tuple[str, ...] = ("PERSON", "LOCATION", "NRP", "US_SSN", "UK_NHS", "US_PASSPORT",
+                                          "US_DRIVER_LICENSE", "MEDICAL_LICENSE")
+    """Presidio entity types replaced when ``presidio`` is among the recognizers."""
+    presidio_model: str = "en_core_web_sm"
+    """The spaCy model Presidio loads."""
+    custom_patterns: tuple[CustomPatternSettings, ...] = ()
+    """Extra patterns, each with a label: ``[{label: ORDER, pattern: "#W\\d{7}"}]``."""
+    allow: tuple[str, ...] = ()
+    """Values never redacted (compared case-insensitively, ignoring spaces), such as the support address."""
+    apply_to: tuple[RedactionSurface, ...] = ("judge_prompt", "stored_content", "writeback", "logs", "review_page")
+    """Where redacted text is used: the judge's prompt (and the item cache keys), stored prompts, replies and
+    reasons, write-back events, log lines, the review page."""
+    exempt_system_instructions: bool = False
+    """Leave the agent's system instructions as they are (they are written by the team, not the user)."""
+    exempt_rubric_text: bool = True
+    """Leave the rubric's own text as it is in the judge's prompt (false: redact it with the conversation's
+    placeholders)."""
 
 
 class RetentionSettings(_Section):
@@ -701,6 +758,14 @@ class Settings(_Section):
     retention: RetentionSettings = RetentionSettings()
     writeback: WritebackSettings = WritebackSettings()
     review: ReviewSettings = ReviewSettings()
+    redaction: RedactionSettings = RedactionSettings()
+
+    @model_validator(mode="after")
+    def _check_span_content(self) -> Settings:
+        if self.store.drop_span_content and self.conversation.late_turns == "rescore":
+            raise ValueError("store.drop_span_content needs conversation.late_turns: ignore (a late turn would be "
+                             "judged without the earlier turns, whose text was dropped)")
+        return self
 
     @model_validator(mode="after")
     def _check_judge(self) -> Settings:

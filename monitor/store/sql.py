@@ -107,6 +107,22 @@ def _clean_ids(span: SpanRecord) -> SpanRecord:
     return span.model_copy(update={"trace_id": _text(span.trace_id), "span_id": _text(span.span_id)})
 
 
+SKELETON_ATTRIBUTES = frozenset({
+    "gen_ai.conversation.id", "gen_ai.thread.id", "gen_ai.operation.name", "gen_ai.response.id",
+    "gen_ai.agent.name", "gen_ai.agent.id", "gen_ai.agent.version", "gen_ai.request.model", "gen_ai.response.model",
+    "gen_ai.provider.name", "gen_ai.system", "gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens",
+})
+"""What a scored conversation's spans keep with ``store.drop_span_content``: identity, model and usage, no text."""
+
+
+def span_skeleton(span: SpanRecord) -> SpanRecord:
+    """``span`` without its messages, tool calls, events or any other attribute that may hold text."""
+    return span.model_copy(update={
+        "attributes": {k: v for k, v in span.attributes.items() if k in SKELETON_ATTRIBUTES},
+        "events": (), "truncated_keys": (),
+    })
+
+
 def _ts(value: datetime) -> float:
     return value.timestamp()
 
@@ -165,6 +181,8 @@ class SqlStore:
         """How much longer than the idle timeout a conversation paused on a tool call waits for its result."""
         self.clock: Callable[[], datetime] = utc_now
         self.outbox_enabled = False
+        self.drop_span_content = False
+        """Strip the spans of a conversation to ``span_skeleton`` once it is scored (``store.drop_span_content``)."""
         """Queue every recorded result for write-back (``writeback.kind`` is not ``off``)."""
         """When a row is stamped (scored, cached, checkpointed): a simulated clock in the retention soak."""
         kwargs: dict[str, Any] = {}
@@ -624,6 +642,17 @@ class SqlStore:
                     conn.execute(update(conversations_table)
                                  .where(c.key.in_(keys[start:start + _CHUNK]), c.revision == revision)
                                  .values(status="scored", scored_ts=now, claim_expires_ts=None))
+                    if self.drop_span_content:
+                        self._strip_spans(conn, keys[start:start + _CHUNK])
+
+    def _strip_spans(self, conn: Connection, keys: Sequence[str]) -> None:
+        s = spans_table.c
+        rows = conn.execute(select(s.trace_id, s.span_id, s.payload).where(s.conversation_key.in_(keys))).all()
+        for trace_id, span_id, payload in rows:
+            skeleton = span_skeleton(SpanRecord.model_validate_json(payload)).model_dump_json()
+            if skeleton != payload:
+                conn.execute(update(spans_table).where(s.trace_id == trace_id, s.span_id == span_id)
+                             .values(payload=skeleton))
 
     # ④⑤ results -------------------------------------------------------------------------------------------------
 
