@@ -400,15 +400,16 @@ def build_monitor(settings: Settings, registry: CollectorRegistry | None = None)
     monitor = Monitor(settings, registry, metrics, pipeline, health, store, alerts=alerts, canaries=canaries,
                       single_replica=single, writeback=writeback, receiver=receiver)
     if settings.review.enabled:
-        monitor.review, monitor.review_token = build_review(settings, store, metrics)
+        monitor.review, monitor.review_token = build_review(settings, store, metrics, redactor)
     # The windows and the counters' label sets from the rollups, before the first scrape.
     monitor.refresh_metrics()
     return monitor
 
 
-def build_review(settings: Settings, store: SqlStore, metrics: MonitorMetrics) -> tuple[ReviewStep, str | None]:
+def build_review(settings: Settings, store: SqlStore, metrics: MonitorMetrics,
+                 redactor: Redactor | None = None) -> tuple[ReviewStep, str | None]:
     """The review step (queue and agreement) and the review page's token (``ConfigError`` when the page would be
-    open off loopback)."""
+    open off loopback). With ``review_page`` among the redaction surfaces the page shows redacted conversations."""
     from monitor.review.queue import Quotas
     from monitor.review.step import ReviewStep
     from monitor.review.store import ReviewStore
@@ -418,7 +419,13 @@ def build_review(settings: Settings, store: SqlStore, metrics: MonitorMetrics) -
     token = check_review_settings(review)
     quotas = Quotas(review.uniform_share, review.uniform_per_day, review.failing_per_day, review.borderline_per_day,
                     review.borderline_margin, review.flagged_per_day)
-    step = ReviewStep(ReviewStore(store), quotas, metrics.judge_agreement,
+    prepare = None
+    if redactor is not None and redactor.enabled and "review_page" in redactor.surfaces:
+        prepare = lambda conversation: redactor.redact(conversation).conversation  # noqa: E731
+    # The queue keeps its copies of the conversations it takes before their spans are stripped.
+    store.defer_span_stripping = store.drop_span_content
+    step = ReviewStep(ReviewStore(store, prepare), quotas, metrics.judge_agreement,
+                      strip_spans=store.drop_span_content,
                       keep_conversations_days=settings.retention.conversations_days,
                       keep_queue_days=settings.retention.results_days)
     step.refresh()

@@ -4,6 +4,7 @@ headers, bounds), labels that survive a restart, and agreement that equals an in
 from __future__ import annotations
 
 import http.client
+import json
 import math
 import random
 import re
@@ -454,6 +455,43 @@ def test_the_daemons_cycle_queues_its_verdicts_and_serves_them(tmp_path: Path) -
             # Saving a label publishes agreement again at once (the uniform share's one label).
             assert registry.get_sample_value("rubric_monitor_judge_agreement_labels",
                                              {"rubric": monitor.store.results()[0].rubric, "dimension": ""}) == 1
+        finally:
+            if server is not None:
+                server.close()
+            monitor.close()
+
+
+def test_with_redaction_on_the_page_shows_the_placeholders_the_judge_saw(tmp_path: Path) -> None:
+    """``redaction.apply_to`` includes ``review_page`` by default: the conversation a reviewer reads carries the
+    same placeholders as the judge's prompt, and none of the raw values."""
+    from monitor.app import build_monitor
+    from monitor.settings import load_settings
+    from tests.fakes.openai_server import ScriptedOpenAIServer
+    from tests.helpers import SEED_PASS_SCORES
+    from tests.helpers import verdict as scripted_verdict
+    from tests.test_daemon import daemon_config, free_port
+
+    with ScriptedOpenAIServer(lambda r: scripted_verdict(r, SEED_PASS_SCORES)) as judge:
+        # The sample's local number (555-0142) is too short for the phone recognizer: a custom pattern takes it.
+        redaction = {"enabled": True, "custom_patterns": [{"label": "PHONE", "pattern": r"555-\d{4}"}]}
+        config = daemon_config(tmp_path, judge.base_url, free_port(), redaction=redaction,
+                               review={"enabled": True, "port": 0, "uniform_share": 1.0})
+        monitor = build_monitor(load_settings(config), CollectorRegistry())
+        server = None
+        try:
+            assert monitor.run_cycle().ok
+            prompts = "\n".join(r.prompt_text for r in judge.requests)
+            assert "555-0142" not in prompts and "PHONE_1" in prompts
+            server = start_review(monitor)
+            assert server is not None
+            connection = http.client.HTTPConnection(*server.address, timeout=30)
+            connection.request("GET", "/review/1")
+            page = connection.getresponse().read().decode()
+            assert "555-0142" not in page
+            assert "&lt;PHONE_1&gt;" in page
+            # Once the queue kept its copies, the spans lose their text (redaction implies dropping span content).
+            stored = json.dumps([s.model_dump(mode="json") for s in monitor.store.spans_of("conv-cancel")])
+            assert "555-0142" not in stored and "Dana" not in stored
         finally:
             if server is not None:
                 server.close()

@@ -40,13 +40,22 @@ class ReviewStep:
     """Kept conversations are deleted after this long (``retention.conversations_days``, as their spans)."""
     keep_queue_days: float | None = 90.0
     """Queue rows go with their verdicts (``retention.results_days``); labels stay."""
+    strip_spans: bool = False
+    """``store.drop_span_content`` with the review page on: the spans of conversations scored since the last run
+    are stripped here, once the queue has kept its copies of those it took (the page shows those copies)."""
     name: str = "review"
     fails_cycle: bool = False
     """The queue catches up on the next cycle (it keeps its own watermark); scoring is not affected."""
     _seen: Any = field(default=None, repr=False)
+    _stripped_through: float = field(default=0.0, repr=False)
 
     def run(self, report: object, now: datetime) -> None:
         queued = self.store.fill_queue(self.quotas)
+        if self.strip_spans:
+            # Stripping twice is harmless, so after a restart the first run strips from the beginning again.
+            until = now.timestamp()
+            self.store.store.strip_scored_spans(self._stripped_through, until)
+            self._stripped_through = until
         day = 86400.0
         self.store.prune(now.timestamp() - self.keep_conversations_days * day,
                          None if self.keep_queue_days is None else now.timestamp() - self.keep_queue_days * day)

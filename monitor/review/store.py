@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -111,8 +111,11 @@ def _dimensions_json(dimensions: dict[str, int | None]) -> str:
 
 
 class ReviewStore:
-    def __init__(self, store: SqlStore) -> None:
+    def __init__(self, store: SqlStore, prepare: Callable[[Conversation], Conversation] | None = None) -> None:
         self.store = store
+        self._prepare = prepare or (lambda conversation: conversation)
+        """What the page shows of an assembled conversation: with ``redaction.apply_to: [review_page]``, the same
+        placeholders the judge saw (numbered in the same one pass over the conversation)."""
         self._names: tuple[float, list[str], list[str]] | None = None
 
     # the queue -------------------------------------------------------------------------------------------------
@@ -288,8 +291,9 @@ class ReviewStore:
         found = [x for x in assemble(spans).conversations if x.id == conversation_id] if spans else []
         if not found:
             return None if kept is None else Conversation.model_validate_json(kept.payload)
-        self._keep(conversation_id, len(spans) if known is None else int(known.span_count), found[0])
-        return found[0]
+        shown = self._prepare(found[0])
+        self._keep(conversation_id, len(spans) if known is None else int(known.span_count), shown)
+        return shown
 
     def _keep(self, conversation_id: str, span_count: int, conversation: Conversation) -> None:
         v = review_conversations_table.c

@@ -183,6 +183,9 @@ class SqlStore:
         self.outbox_enabled = False
         self.drop_span_content = False
         """Strip the spans of a conversation to ``span_skeleton`` once it is scored (``store.drop_span_content``)."""
+        self.defer_span_stripping = False
+        """Leave the stripping to ``strip_scored_spans``: the review queue keeps its (redacted) copies of the
+        conversations it takes first, after the cycle scored them."""
         """Queue every recorded result for write-back (``writeback.kind`` is not ``off``)."""
         """When a row is stamped (scored, cached, checkpointed): a simulated clock in the retention soak."""
         kwargs: dict[str, Any] = {}
@@ -642,8 +645,21 @@ class SqlStore:
                     conn.execute(update(conversations_table)
                                  .where(c.key.in_(keys[start:start + _CHUNK]), c.revision == revision)
                                  .values(status="scored", scored_ts=now, claim_expires_ts=None))
-                    if self.drop_span_content:
+                    if self.drop_span_content and not self.defer_span_stripping:
                         self._strip_spans(conn, keys[start:start + _CHUNK])
+
+    def strip_scored_spans(self, scored_after: float, scored_until: float) -> int:
+        """Strip the spans of the conversations scored in ``(scored_after, scored_until]`` (epoch seconds), when
+        ``drop_span_content`` is on; returns how many conversations. Stripping twice is harmless."""
+        if not self.drop_span_content:
+            return 0
+        c = conversations_table.c
+        with self._tx() as conn:
+            keys = [str(k) for k in conn.execute(select(c.key).where(
+                c.status == "scored", c.scored_ts > scored_after, c.scored_ts <= scored_until)).scalars()]
+            for start in range(0, len(keys), _CHUNK):
+                self._strip_spans(conn, keys[start:start + _CHUNK])
+        return len(keys)
 
     def _strip_spans(self, conn: Connection, keys: Sequence[str]) -> None:
         s = spans_table.c
