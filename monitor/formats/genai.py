@@ -52,6 +52,9 @@ _LEGACY_ROLES = {
     "gen_ai.tool.message": "tool",
 }
 _LEGACY_CHOICE = "gen_ai.choice"
+UNNAMED_LEGACY_EVENT = "gen_ai.unnamed.message"
+"""A legacy ``gen_ai.*.message`` / ``gen_ai.choice`` record whose event name was lost on the way (the Azure
+Monitor exporter drops it): which one it was is read from its body and its place among the span's records."""
 _LEGACY_INSTRUCTION = "gen_ai.system.instruction"
 _LEGACY_BODY_KEYS = frozenset({
     "content", "role", "tool_calls", "id", "tool_call_id", "message", "index", "finish_reason", "text",
@@ -449,8 +452,10 @@ class _ContentBuilder:
             self.tools = self._accept(TOOL_DEFINITIONS, read_tools)
 
     def read_legacy_events(self, events: Sequence[SpanEvent]) -> None:
-        ordered = sorted(enumerate(events), key=lambda item: (item[1].time, item[0]))
-        for _, event in ordered:
+        ordered = [event for _, event in sorted(enumerate(events), key=lambda item: (item[1].time, item[0]))]
+        if any(event.name == UNNAMED_LEGACY_EVENT for event in ordered):
+            ordered = name_legacy_events(ordered)
+        for event in ordered:
             if event.name not in _LEGACY_ROLES and event.name not in (_LEGACY_CHOICE, _LEGACY_INSTRUCTION):
                 continue
             body = self._legacy_body(event)
@@ -499,6 +504,78 @@ class _ContentBuilder:
             self.reject("invalid_legacy_event", f"event {event.name}: not an object")
             return None
         return decoded.value
+
+
+def name_legacy_events(events: Sequence[SpanEvent]) -> list[SpanEvent]:
+    """``events`` (in time order) with each ``UNNAMED_LEGACY_EVENT`` given the legacy event name it had.
+
+    The body tells most: ``role``; ``message``/``finish_reason`` (a choice); ``tool_calls`` (assistant); ``id``
+    (a tool result). A body of ``content`` alone (openai-v2 and OpenLLMetry write system, user, assistant text
+    and OpenLLMetry's tool results so) is placed by the conversation's shape: right after an assistant's N
+    tool calls come N tool results; the last input is the user's turn and, going back from it, user and
+    assistant alternate; a first message that would be the assistant's is the system prompt. Records that
+    still cannot be read are left unnamed, and passed over."""
+    roles: list[str | None] = []
+    calls: list[int] = []
+    for event in events:
+        role, pending = _unnamed_role(event) if event.name == UNNAMED_LEGACY_EVENT else (
+            _LEGACY_NAMED_ROLES.get(event.name), 0)
+        roles.append(role)
+        calls.append(pending)
+    inputs = [i for i, role in enumerate(roles) if role != "choice"]
+    pending = 0
+    for i in inputs:  # tool results follow the calls they answer
+        if roles[i] == "assistant":
+            pending = calls[i]
+        elif roles[i] == "tool":
+            pending = max(0, pending - 1)
+        elif roles[i] == "" and pending:
+            roles[i], pending = "tool", pending - 1
+        else:
+            pending = 0
+    expected = "user"
+    for position, i in reversed(list(enumerate(inputs))):  # back from the last turn, the user's
+        role = roles[i]
+        if role == "":
+            role = expected
+            if role == "assistant" and position == 0:
+                role = "system"
+            roles[i] = role
+        expected = {"user": "assistant", "system": "user"}.get(role or "", "user")
+    named: list[SpanEvent] = []
+    for event, role in zip(events, roles, strict=True):
+        if event.name == UNNAMED_LEGACY_EVENT and role:
+            event = event.model_copy(update={"name": _LEGACY_CHOICE if role == "choice" else f"gen_ai.{role}.message"})
+        named.append(event)
+    return named
+
+
+_LEGACY_NAMED_ROLES: dict[str, str] = {**{name: role for name, role in _LEGACY_ROLES.items()},
+                                       _LEGACY_CHOICE: "choice"}
+
+
+def _unnamed_role(event: SpanEvent) -> tuple[str, int]:
+    """The role an unnamed legacy record's body shows (``""`` when only its place can tell) and its number of
+    tool calls."""
+    raw = event.attributes.get("body")
+    body: Any = raw
+    if isinstance(raw, str):
+        decoded = decode_json_text(raw)
+        body = decoded.value if decoded.error is None else None
+    if not isinstance(body, dict):
+        return "", 0
+    tool_calls = body.get("tool_calls")
+    count = len(tool_calls) if isinstance(tool_calls, list) else 0
+    role = body.get("role")
+    if "message" in body or "finish_reason" in body:
+        return "choice", 0
+    if isinstance(role, str) and role in ("system", "user", "assistant", "tool"):
+        return role, count
+    if count:
+        return "assistant", count
+    if "id" in body or "tool_call_id" in body:
+        return "tool", 0
+    return "", 0
 
 
 def _answer_ids(messages: list[TimedMessage]) -> list[TimedMessage]:

@@ -44,6 +44,13 @@ from azure.monitor.query import LogsQueryClient, LogsQueryStatus, LogsTable, Log
 
 from monitor.azure_auth import credential_failure
 from monitor.errors import ConfigError, SourceAuthError, SourceError, SourceQueryError
+from monitor.formats.genai import (
+    INPUT_MESSAGES,
+    OPERATION_DETAILS_EVENT,
+    OUTPUT_MESSAGES,
+    SYSTEM_INSTRUCTIONS,
+    UNNAMED_LEGACY_EVENT,
+)
 from monitor.formats.json_text import (
     cycle_collection_paused,
     decode_json_text,
@@ -51,6 +58,7 @@ from monitor.formats.json_text import (
     replace_lone_surrogates,
     replace_lone_surrogates_in,
 )
+from monitor.formats.python_literal import LiteralError, looks_like_python_literal, parse_python_literal
 from monitor.metrics import MonitorMetrics
 from monitor.models import SpanRecord, as_utc
 from monitor.redaction import remember_secret
@@ -192,6 +200,66 @@ def _broken_json(value: str) -> bool:
     if decoded.error is None:
         return False
     return decoded.truncated or len(value) in (PROPERTY_CAP, GEN_AI_PROPERTY_CAP)
+
+
+NO_BODY_MESSAGE = "n/a"
+"""The ``message`` the exporter writes for a log record without a body (openai-v2 ``event_only``)."""
+_MESSAGE_KEYS = (INPUT_MESSAGES, OUTPUT_MESSAGES, SYSTEM_INSTRUCTIONS)
+_REPR_HINTS = ("('", "{'", "['", "(\"", "({", "((")
+
+
+def literal_properties(properties: dict[str, Any], raw: Any = None) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """``properties`` with the ``gen_ai.*`` values the exporter wrote as Python ``repr`` read back into lists
+    and dicts, and the keys whose ``repr`` breaks off (cut at a cap).
+
+    The OTel SDK keeps sequences as tuples and log records may hold maps; the exporter writes ``str(value)``:
+    ``"('tool_calls',)"``, ``"({'role': 'user', 'parts': (...)},)"``. They go through a bounded literal
+    parser, never ``eval``. ``raw``, the cell as sent, lets rows without a single-quoted container skip the
+    look at every value (most spans)."""
+    if isinstance(raw, str) and not any(hint in raw for hint in _REPR_HINTS):
+        return properties, ()
+    parsed: dict[str, Any] | None = None
+    cut: list[str] = []
+    for key, value in properties.items():
+        if not (isinstance(value, str) and key.startswith("gen_ai.") and looks_like_python_literal(value)):
+            continue
+        try:
+            read = parse_python_literal(value)
+        except LiteralError as exc:
+            if exc.truncated or len(value) in (PROPERTY_CAP, GEN_AI_PROPERTY_CAP):
+                cut.append(key)
+            continue
+        if parsed is None:
+            parsed = dict(properties)
+        parsed[key] = read
+    return (properties if parsed is None else parsed), tuple(cut)
+
+
+def exporter_log_record(message: str, properties: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
+    """The event name and attributes of a ``traces`` row, or ``None`` when it is not GenAI content.
+
+    Three kinds of rows hold GenAI content: span events (``message`` is the event name), log records with an
+    ``event.name`` attribute (Semantic Kernel; ``message`` is the body), and log records whose event name the
+    exporter dropped (it keeps the attributes, ``gen_ai.system`` / ``gen_ai.provider.name`` among them). Of
+    those, a record without a body (``"n/a"``) carrying messages is util-genai's
+    ``gen_ai.client.inference.operation.details`` (``event_only``); one with a body is a legacy
+    ``gen_ai.*.message`` / ``gen_ai.choice`` record, named ``UNNAMED_LEGACY_EVENT`` here and given its role by
+    the reader of legacy events from its body and its place among the span's records. The application's own
+    logs (no ``gen_ai.`` name or attribute) are not content.
+    """
+    if message.startswith("gen_ai.") and " " not in message:
+        return message, properties
+    event_name = properties.get("event.name")
+    named = isinstance(event_name, str) and event_name.startswith("gen_ai.")
+    if not named and not any(key.startswith("gen_ai.") for key in properties):
+        return None
+    if named:
+        return str(event_name), {**properties, "body": message}
+    if message in ("", NO_BODY_MESSAGE):
+        if any(key in properties for key in _MESSAGE_KEYS):
+            return OPERATION_DETAILS_EVENT, properties
+        return None
+    return UNNAMED_LEGACY_EVENT, {**properties, "body": message}
 
 
 def event_span_id(trace_id: str, parent_id: str, moment: datetime, name: str,
@@ -428,16 +496,18 @@ class RowReader:
         if kind is None:
             return None, "unknown_item_type"
         trace_id = _text(values[cells.operation_id])
-        properties = _properties(values[cells.properties])
+        raw_properties = values[cells.properties]
+        properties = _properties(raw_properties)
         if properties is None:
             return None, "bad_properties"
+        properties, cut_literals = literal_properties(properties, raw_properties)
         if not trace_id:
             return None, "missing_id"
         parent = _text(values[cells.parent])
         if parent == trace_id:
             parent = ""  # older SDKs wrote the operation id as a root's parent
         if kind == "trace":
-            return self._event(values, cells, moment, trace_id, parent, properties)
+            return self._event(values, cells, moment, trace_id, parent, properties, cut_literals)
         span_id = _text(values[cells.span_id])
         if not span_id:
             return None, "missing_id"
@@ -455,23 +525,30 @@ class RowReader:
             attributes=properties,
             resource={"service.name": role} if role else {},
             status=_status(values[cells.success]),
-            truncated_keys=truncated_keys(properties),
+            truncated_keys=truncated_keys(properties) + cut_literals,
         ), ""
 
     def _event(self, values: list[Any], cells: _Cells, moment: datetime, trace_id: str, parent: str,
-               properties: dict[str, Any]) -> tuple[SpanRecord | None, str]:
+               properties: dict[str, Any], cut_literals: tuple[str, ...]) -> tuple[SpanRecord | None, str]:
+        message = _text(values[cells.message])
+        read = exporter_log_record(message, properties)
+        if read is None:
+            return None, ""  # the application's own log lines: not GenAI content, as the query means it
         if not parent:
             return None, "event_without_parent"
-        name = _text(values[cells.message])
+        name, attributes = read
+        role = _text(values[cells.role])
         return SpanRecord(
             trace_id=trace_id,
-            span_id=event_span_id(trace_id, parent, moment, name, properties),
+            # The id hashes the row as written (message, not the name read from it): stable across re-reads.
+            span_id=event_span_id(trace_id, parent, moment, message, properties),
             parent_span_id=parent,
             name=name,
             kind="event",
             start_time=moment,
-            attributes=properties,
-            truncated_keys=truncated_keys(properties),
+            attributes=attributes,
+            resource={"service.name": role} if role else {},
+            truncated_keys=truncated_keys(attributes) + cut_literals,
         ), ""
 
 
