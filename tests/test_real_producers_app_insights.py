@@ -116,8 +116,9 @@ def query_selection(query: str, schema: Schema) -> tuple[tuple[str, ...], Callab
 
 def _through_app_insights(fake: FakeLogAnalytics, config: str, schema: Schema,
                           query: Callable[[AppInsightsSourceSettings, Window], str] | None = None,
+                          items: list[dict[str, Any]] | None = None,
                           ) -> tuple[list[Conversation], dict[str, int]]:
-    items = _envelopes(config)
+    items = items if items is not None else _envelopes(config)
     times = [datetime.fromisoformat(i["time"].replace("Z", "+00:00")) for i in items]
     fake.clear()
     settings = settings_for(fake, schema, ingestion_delay_seconds=60, initial_lookback_seconds=3600,
@@ -207,3 +208,28 @@ def test_the_query_reads_log_records_only_from_the_operations_of_genai_spans() -
         assert f"{layout.time} >= lookup_start and {layout.time} < window_end" in query
         events = query.split(f"let span_events = {layout.traces}", 1)[1]
         assert events.index(f"{layout.time} >= window_start") < events.index("in (gen_ai_operations)")
+
+
+def _as_request(item: dict[str, Any]) -> dict[str, Any]:
+    """The app's session span as a SERVER span (a web app's request) is exported: a ``RequestData`` item."""
+    data = item["data"]
+    if data["baseType"] != "RemoteDependencyData" or "gen_ai.conversation.id" not in data["baseData"]["properties"]:
+        return item
+    base = {k: v for k, v in data["baseData"].items() if k not in ("type", "target", "resultCode")}
+    return {**item, "name": "Microsoft.ApplicationInsights.Request",
+            "data": {"baseType": "RequestData", "baseData": {**base, "responseCode": "0"}}}
+
+
+@pytest.mark.parametrize("schema", ["classic", "workspace"])
+def test_a_request_row_carrying_the_conversation_id_groups_the_session(fake: FakeLogAnalytics,
+                                                                       schema: Schema) -> None:
+    """The issue's case: the app's request span carries gen_ai.conversation.id and no gen_ai.operation.name; it
+    lands in requests / AppRequests, which the query reads, and groups each session's traces under its id."""
+    config = "openai-v2-event-only-plain-app"
+    items = [_as_request(item) for item in _envelopes(config)]
+    assert sum(item["data"]["baseType"] == "RequestData" for item in items) == 2
+    got, rejected = _through_app_insights(fake, config, schema, items=items)
+    expected, _ = _over_otlp(config)
+    assert rejected == {}
+    assert sorted(c.id for c in got) == ["conv-table-booker-1", "conv-table-booker-2"]
+    assert _by_first_user(got) == _by_first_user(expected)
