@@ -394,12 +394,14 @@ class _ContentBuilder:
         self.tools: tuple[ToolDefinition, ...] = ()
         self.truncated = bool(CONTENT_ATTRIBUTES.intersection(span.truncated_keys))
         self.input_truncated = False
+        self.from_events = False
         self.rejected: dict[str, int] = {}
         self.problems: list[str] = []
 
     def build(self) -> SpanContent:
         return SpanContent(
-            input=tuple(_answer_ids(self.input)),
+            # Only legacy records come without call ids (OpenLLMetry's gen_ai.tool.message); attributes carry them.
+            input=tuple(_answer_ids(self.input) if self.from_events else self.input),
             output=tuple(self.output),
             system_instructions=tuple(self.instructions),
             tool_definitions=self.tools,
@@ -452,6 +454,7 @@ class _ContentBuilder:
             self.tools = self._accept(TOOL_DEFINITIONS, read_tools)
 
     def read_legacy_events(self, events: Sequence[SpanEvent]) -> None:
+        self.from_events = True
         ordered = [event for _, event in sorted(enumerate(events), key=lambda item: (item[1].time, item[0]))]
         if any(event.name == UNNAMED_LEGACY_EVENT for event in ordered):
             ordered = name_legacy_events(ordered)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import codecs
 import dataclasses
+import functools
 import hashlib
 import json
 import logging
@@ -205,34 +206,69 @@ def _broken_json(value: str) -> bool:
 NO_BODY_MESSAGE = "n/a"
 """The ``message`` the exporter writes for a log record without a body (openai-v2 ``event_only``)."""
 _MESSAGE_KEYS = (INPUT_MESSAGES, OUTPUT_MESSAGES, SYSTEM_INSTRUCTIONS)
-_REPR_HINTS = ("('", "{'", "['", "(\"", "({", "((")
+_SHORT_LITERAL_CHARS = 64
+
+
+@functools.lru_cache(maxsize=1024)
+def _short_literal(text: str) -> Any:
+    # "('stop',)", "('tool_calls',)": the same few short values on most spans, read once.
+    return parse_python_literal(text)
+
+
+_REPR_HINTS = ("('", "{'", "['", '(\\"')
+"""How a Python ``repr`` container shows in the JSON text of a properties cell, at the start of a value."""
+
+
+def _repr_valued_keys(raw: str) -> list[str]:
+    """The keys of ``raw`` (a properties cell's JSON text) whose value opens like a Python ``repr`` container:
+    C-level searches for the few ways one starts, then a look back to the key; no look at the other values."""
+    keys: list[str] = []
+    for hint in _REPR_HINTS:
+        position = raw.find(hint)
+        while position != -1:
+            back = position - 1
+            while back >= 0 and raw[back] in "([{ ":
+                back -= 1
+            if back > 0 and raw[back] == '"':  # the value's opening quote
+                back -= 1
+                while back >= 0 and raw[back] in ": ":
+                    back -= 1
+                if back > 0 and raw[back] == '"':  # the key's closing quote
+                    opening = raw.rfind('"', 0, back)
+                    key = raw[opening + 1:back]
+                    if key not in keys:
+                        keys.append(key)
+            position = raw.find(hint, position + 1)
+    return keys
 
 
 def literal_properties(properties: dict[str, Any], raw: Any = None) -> tuple[dict[str, Any], tuple[str, ...]]:
-    """``properties`` with the ``gen_ai.*`` values the exporter wrote as Python ``repr`` read back into lists
-    and dicts, and the keys whose ``repr`` breaks off (cut at a cap).
+    """``properties`` (changed in place) with the ``gen_ai.*`` values the exporter wrote as Python ``repr`` read
+    back into lists and dicts, and the keys whose ``repr`` breaks off (cut at a cap).
 
     The OTel SDK keeps sequences as tuples and log records may hold maps; the exporter writes ``str(value)``:
     ``"('tool_calls',)"``, ``"({'role': 'user', 'parts': (...)},)"``. They go through a bounded literal
-    parser, never ``eval``. ``raw``, the cell as sent, lets rows without a single-quoted container skip the
-    look at every value (most spans)."""
-    if isinstance(raw, str) and not any(hint in raw for hint in _REPR_HINTS):
+    parser, never ``eval``. ``raw``, the cell as sent (JSON text), names the keys to look at (most rows: none)."""
+    if isinstance(raw, str):
+        # A repr container quotes its strings with ' (or with " when they hold a '): one test passes the rest.
+        keys = _repr_valued_keys(raw) if "'" in raw else []
+    else:
+        keys = list(properties)
+    if not keys:
         return properties, ()
-    parsed: dict[str, Any] | None = None
     cut: list[str] = []
-    for key, value in properties.items():
+    for key in keys:
+        value = properties.get(key)
         if not (isinstance(value, str) and key.startswith("gen_ai.") and looks_like_python_literal(value)):
             continue
         try:
-            read = parse_python_literal(value)
+            read = _short_literal(value) if len(value) <= _SHORT_LITERAL_CHARS else parse_python_literal(value)
         except LiteralError as exc:
             if exc.truncated or len(value) in (PROPERTY_CAP, GEN_AI_PROPERTY_CAP):
                 cut.append(key)
             continue
-        if parsed is None:
-            parsed = dict(properties)
-        parsed[key] = read
-    return (properties if parsed is None else parsed), tuple(cut)
+        properties[key] = read  # the dict is this row's own, just decoded
+    return properties, tuple(cut)
 
 
 def exporter_log_record(message: str, properties: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
@@ -500,13 +536,16 @@ class RowReader:
         properties = _properties(raw_properties)
         if properties is None:
             return None, "bad_properties"
-        properties, cut_literals = literal_properties(properties, raw_properties)
         if not trace_id:
             return None, "missing_id"
         parent = _text(values[cells.parent])
         if parent == trace_id:
             parent = ""  # older SDKs wrote the operation id as a root's parent
         if kind == "trace":
+            # Log records may hold structured values (openai-v2 event_only's messages), which the exporter writes as
+            # Python repr; span attributes cannot nest, so span rows keep their text (their message attributes are
+            # JSON, and the tuples of scalars the exporter writes for list attributes are read by no one).
+            properties, cut_literals = literal_properties(properties, raw_properties)
             return self._event(values, cells, moment, trace_id, parent, properties, cut_literals)
         span_id = _text(values[cells.span_id])
         if not span_id:
@@ -525,7 +564,7 @@ class RowReader:
             attributes=properties,
             resource={"service.name": role} if role else {},
             status=_status(values[cells.success]),
-            truncated_keys=truncated_keys(properties) + cut_literals,
+            truncated_keys=truncated_keys(properties),
         ), ""
 
     def _event(self, values: list[Any], cells: _Cells, moment: datetime, trace_id: str, parent: str,

@@ -48,11 +48,51 @@ UNSUPPORTED_CONTENT_KEYS = frozenset({
 """Attributes that hold message content in a convention this package does not read."""
 
 _INFERENCE_ALIASES = {"chat.completions": "chat", "text.completions": "text_completion"}
+_INDEXED_PREFIXES = tuple(prefix + "." for prefix in (
+    openinference.INPUT, openinference.OUTPUT, openllmetry_legacy.PROMPT, openllmetry_legacy.COMPLETION))
+"""Flattened conventions' keys start so (``llm.input_messages.0.message.role``, ``gen_ai.prompt.0.content`` ...)."""
+_OI_INPUT, _OI_OUTPUT, _OL_PROMPT, _OL_COMPLETION = _INDEXED_PREFIXES
+_INPUT, _OUTPUT, _TOOLS = "gen_ai.input.messages", "gen_ai.output.messages", "gen_ai.tool.definitions"
+
+
+_PLAIN_KEY_SETS: dict[tuple[str, ...], bool] = {}
+"""Whether a span's attribute names (in order) are free of other conventions' names: one producer writes the same
+names span after span, so the answer is looked up, not worked out, for almost every span."""
+_KEY_SETS_KEPT = 4096
+
+
+def _plain_keys(attributes: Mapping[str, Any]) -> bool:
+    if not UNSUPPORTED_CONTENT_KEYS.isdisjoint(attributes):
+        return False
+    keys = "\n".join(attributes)
+    return not ((_OI_INPUT in keys or _OI_OUTPUT in keys or _OL_PROMPT in keys or _OL_COMPLETION in keys) and (
+        openinference.recognizes(attributes) or openllmetry_legacy.recognizes(attributes)))
+
+
+def in_current_conventions(attributes: Mapping[str, Any]) -> bool:
+    """The fast path: no key of a flattened or unsupported convention, and message or tool values (if any) not in
+    Semantic Kernel's OpenAI shape. Most spans are in the current conventions; this decides it by one lookup of the
+    span's attribute names and, for spans with messages, two substring tests: not a Python loop per key and per
+    convention."""
+    keys = tuple(attributes)
+    plain = _PLAIN_KEY_SETS.get(keys)
+    if plain is None:
+        plain = _plain_keys(attributes)
+        if len(_PLAIN_KEY_SETS) >= _KEY_SETS_KEPT:
+            _PLAIN_KEY_SETS.clear()
+        _PLAIN_KEY_SETS[keys] = plain
+    if not plain:
+        return False
+    if _INPUT in attributes or _OUTPUT in attributes or _TOOLS in attributes:
+        return not semantic_kernel.recognizes(attributes)
+    return True
 
 
 def recognize(span: SpanRecord) -> str:
     """The convention of ``span``'s content: one of the names in the table above, or ``none``."""
     attributes = span.attributes
+    if in_current_conventions(attributes):
+        return SEMCONV
     if openinference.recognizes(attributes):
         return openinference.NAME
     if openllmetry_legacy.recognizes(attributes):
@@ -68,6 +108,8 @@ def read_span_content(
     span: SpanRecord, *, generation: Generation = "pre_move", cache: ReadCache | None = None
 ) -> SpanContent:
     """Messages, instructions and tool definitions of ``span``, whichever convention it follows."""
+    if in_current_conventions(span.attributes):  # the fast path: most spans
+        return read_semconv_content(span, generation=generation, cache=cache)
     convention = recognize(span)
     if convention == SEMCONV:
         return read_semconv_content(span, generation=generation, cache=cache)
