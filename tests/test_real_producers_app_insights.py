@@ -37,7 +37,9 @@ from tests.app_insights_helpers import (
     RESOURCE_ID,
     TOKEN,
     TOKEN_ENV,
+    conversation,
     fresh_metrics,
+    load,
     run_cycle,
     serve_rows,
     settings_for,
@@ -233,3 +235,29 @@ def test_a_request_row_carrying_the_conversation_id_groups_the_session(fake: Fak
     assert rejected == {}
     assert sorted(c.id for c in got) == ["conv-table-booker-1", "conv-table-booker-2"]
     assert _by_first_user(got) == _by_first_user(expected)
+
+
+def test_the_propagated_main_agent_conversation_id_groups_the_traces(fake: FakeLogAnalytics) -> None:
+    """The Azure Monitor distro propagates ``microsoft.gen_ai.main_agent.conversation_id`` to child spans: two
+    traces that carry only it (no gen_ai.conversation.id) are one conversation under that id."""
+    start = datetime(2026, 9, 1, 11, tzinfo=UTC)
+    spans = []
+    for index in range(2):
+        for span in conversation(index, start + timedelta(minutes=index), legacy_events=False):
+            attributes = {k: v for k, v in span.attributes.items() if k != "gen_ai.conversation.id"}
+            attributes["microsoft.gen_ai.main_agent.conversation_id"] = "conv_main_agent_7"
+            spans.append(span.model_copy(update={"attributes": attributes}))
+    fake.clear()
+    load(fake, spans, "classic")
+    source = AppInsightsSource(settings_for(fake, "classic"), fresh_metrics())
+    store = InMemoryStore()
+    try:
+        cycle = run_cycle(source, store, datetime(2026, 9, 1, 12, tzinfo=UTC))
+    finally:
+        source.close()
+    assert cycle.error is None and cycle.rejected == {}
+    query = fake.query_requests[0].query
+    assert 'isnotempty(tostring(customDimensions["microsoft.gen_ai.main_agent.conversation_id"]))' in query
+    conversations, _ = _assembled(store)
+    assert [c.id for c in conversations] == ["conv_main_agent_7"]
+    assert len(conversations[0].trace_ids) == 2
