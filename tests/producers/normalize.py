@@ -6,7 +6,8 @@ exports into lines does not matter), spans ordered by start time and log records
 times and durations removed, ``service.instance.id`` blanked, and trace/span ids replaced by labels
 (``trace-1``, ``span-3``) given in that order, so parent/child links and log-to-span links are still
 compared. ``normalize_envelopes(path)`` does the same for App Insights envelopes (time, ids, durations,
-machine names). ``diff(a, b)`` lists the first differences as text for an assertion message.
+machine names, and one ``_OTELRESOURCE_`` metric per batch). ``diff(a, b)`` lists the first differences as
+text for an assertion message.
 """
 
 from __future__ import annotations
@@ -136,7 +137,16 @@ def normalize_envelopes(path: Path) -> list[dict[str, Any]]:
     for envelope in out:
         for key in _ENVELOPE_BLANK_TAGS & envelope.get("tags", {}).keys():
             envelope["tags"][key] = "<label>"
-    return sorted(out, key=lambda e: json.dumps(e, sort_keys=True))
+    # The exporter sends one ``_OTELRESOURCE_`` metric envelope per export batch: keep one of each.
+    unique: dict[str, dict[str, Any]] = {}
+    kept = []
+    for envelope in out:
+        metrics = envelope.get("data", {}).get("baseData", {}).get("metrics") or []
+        if any(m.get("name") == "_OTELRESOURCE_" for m in metrics):
+            unique.setdefault(json.dumps(envelope, sort_keys=True), envelope)
+        else:
+            kept.append(envelope)
+    return sorted(kept + list(unique.values()), key=lambda e: json.dumps(e, sort_keys=True))
 
 
 def diff(expected: Any, actual: Any, path: str = "", limit: int = 10) -> list[str]:
