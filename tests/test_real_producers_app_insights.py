@@ -46,7 +46,7 @@ from tests.app_insights_helpers import (
 )
 from tests.conftest import REPO
 from tests.fakes.log_analytics import FakeLogAnalytics
-from tools.spans_to_app_insights import AppInsightsRows, Schema, envelopes_to_rows
+from tools.spans_to_app_insights import AppInsightsRows, Schema, envelopes_to_rows, spans_to_rows
 
 DATA = REPO / "tests" / "data" / "producers"
 CONFIGS = sorted(p.name.removesuffix(".envelopes.jsonl") for p in DATA.glob("*.envelopes.jsonl"))
@@ -261,3 +261,25 @@ def test_the_propagated_main_agent_conversation_id_groups_the_traces(fake: FakeL
     conversations, _ = _assembled(store)
     assert [c.id for c in conversations] == ["conv_main_agent_7"]
     assert len(conversations[0].trace_ids) == 2
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+def test_the_replicated_exporter_writes_the_real_exporters_span_rows(config: str) -> None:
+    """``spans_to_rows`` (the exporter's mapping, replicated for synthetic tests) gives, for the spans of the OTLP
+    file, the rows the real exporter's envelopes of the same spans give: table, ids, name, dependency type,
+    role, success and every customDimension (``str`` of tuples included); durations agree to the millisecond
+    (the OTLP nanoseconds pass through microsecond datetimes)."""
+    spans = [span for line in (DATA / f"{config}.otlp.jsonl").read_text("utf-8").splitlines()
+             for span in parse_otlp_line(line)[0] if span.kind != "event"]
+    replicated = spans_to_rows(spans, "classic")
+    real = envelopes_to_rows(_envelopes(config), "classic")
+    for table in ("dependencies", "requests"):
+        ours = {row["id"]: row for row in replicated.tables.get(table, [])}
+        theirs = {row["id"]: row for row in real.tables.get(table, [])}
+        assert ours.keys() == theirs.keys(), table
+        for span_id, row in ours.items():
+            other = theirs[span_id]
+            for column in ("name", "type", "operation_Id", "operation_ParentId", "cloud_RoleName", "success",
+                           "customDimensions"):
+                assert row.get(column) == other.get(column), (span_id, column)
+            assert abs(row["duration"] - other["duration"]) <= 1.0
