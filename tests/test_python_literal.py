@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from monitor.formats.genai import UNNAMED_LEGACY_EVENT, read_span_content
+from monitor.formats.conventions import read_span_content
+from monitor.formats.conventions.legacy_events import UNNAMED_LEGACY_EVENT
 from monitor.formats.python_literal import (
     MAX_DEPTH,
     LiteralError,

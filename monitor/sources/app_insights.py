@@ -45,13 +45,8 @@ from azure.monitor.query import LogsQueryClient, LogsQueryStatus, LogsTable, Log
 
 from monitor.azure_auth import credential_failure
 from monitor.errors import ConfigError, SourceAuthError, SourceError, SourceQueryError
-from monitor.formats.genai import (
-    INPUT_MESSAGES,
-    OPERATION_DETAILS_EVENT,
-    OUTPUT_MESSAGES,
-    SYSTEM_INSTRUCTIONS,
-    UNNAMED_LEGACY_EVENT,
-)
+from monitor.formats.conventions.legacy_events import UNNAMED_LEGACY_EVENT
+from monitor.formats.genai import INPUT_MESSAGES, OPERATION_DETAILS_EVENT, OUTPUT_MESSAGES, SYSTEM_INSTRUCTIONS
 from monitor.formats.json_text import (
     cycle_collection_paused,
     decode_json_text,
