@@ -23,6 +23,7 @@ Workloads:
     python benchmarks/bench_app_insights.py --workload compact --path client
     python benchmarks/bench_app_insights.py --report   # the BENCHMARKS.md table, each run in a subprocess
     python benchmarks/bench_app_insights.py --report --before /tmp/previous-checkout
+    python benchmarks/bench_app_insights.py --report --before /tmp/main --report-workloads compact --max-spans 100000
 """
 
 from __future__ import annotations
@@ -372,7 +373,8 @@ REPORT_RUNS = (
 client path; ``client`` and ``source`` are this checkout with either path."""
 
 
-def report(before: Path | None) -> int:
+def report(before: Path | None, workloads: tuple[str, ...] = ("compact", "tau"),
+           max_spans: int | None = None) -> int:
     print(
         "| workload | code | path | spans | slice rows | wire MiB | spans/s (rows → conversations) "
         "| source stage spans/s | of which RowReader spans/s | assembly spans/s | conversations/s "
@@ -380,6 +382,8 @@ def report(before: Path | None) -> int:
     )
     print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for workload, total, per_slice, variants in REPORT_RUNS:
+        if workload not in workloads or (max_spans is not None and total > max_spans):
+            continue
         for variant in variants:
             if variant == "before" and before is None:
                 continue
@@ -413,10 +417,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.add_argument("--report", action="store_true", help="run the BENCHMARKS.md table")
     parser.add_argument("--before", type=Path, help="with --report: a checkout to compare with (stock path)")
+    parser.add_argument("--report-workloads", nargs="+", choices=["compact", "tau"], default=["compact", "tau"],
+                        help="with --report: only the rows of these workloads")
+    parser.add_argument("--max-spans", type=int, help="with --report: only the rows of at most this many spans")
     parser.add_argument(TREE_OPTION, type=Path, help="run the code of this checkout instead of this one")
     args = parser.parse_args(argv)
     if args.report:
-        return report(args.before)
+        return report(args.before, tuple(args.report_workloads), args.max_spans)
     result = run(args.workload, args.spans, args.slice_rows, args.path)
     print(json.dumps(result) if args.json else json.dumps(result, indent=2))
     return 0

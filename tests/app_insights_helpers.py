@@ -18,7 +18,15 @@ from monitor.settings import AppInsightsCredentialSettings, AppInsightsSourceSet
 from monitor.sources.app_insights import SOURCE, AppInsightsSource
 from monitor.store import InMemoryStore
 from tests.fakes.log_analytics import FakeLogAnalytics
-from tools.spans_to_app_insights import TABLE_COLUMNS, TABLE_NAMES, Ingestion, Schema, spans_to_rows
+from tools.spans_to_app_insights import (
+    TABLE_COLUMNS,
+    TABLE_NAMES,
+    AppInsightsRows,
+    Ingestion,
+    Schema,
+    envelopes_to_rows,
+    spans_to_rows,
+)
 
 NOW = datetime(2026, 9, 1, 12, 0, tzinfo=UTC)
 WORKSPACE_ID = "7f3c2a10-5e1b-4c3a-9d2e-0a1b2c3d4e5f"
@@ -49,7 +57,15 @@ def settings_for(fake: FakeLogAnalytics, schema: Schema = "workspace",
 def load(fake: FakeLogAnalytics, spans: Iterable[SpanRecord], schema: Schema = "workspace",
          ingestion: Ingestion | None = None) -> int:
     """Put the rows the exporter would have produced for ``spans`` into the fake; returns the row count."""
-    rows = spans_to_rows(spans, schema, ingestion=ingestion)
+    return serve_rows(fake, spans_to_rows(spans, schema, ingestion=ingestion), schema)
+
+
+def load_envelopes(fake: FakeLogAnalytics, items: Iterable[dict[str, Any]], schema: Schema = "workspace") -> int:
+    """Put the rows ingestion makes of the Azure Monitor exporter's envelopes into the fake; returns the count."""
+    return serve_rows(fake, envelopes_to_rows(items, schema), schema)
+
+
+def serve_rows(fake: FakeLogAnalytics, rows: AppInsightsRows, schema: Schema) -> int:
     for table in TABLE_NAMES[schema].values():  # a real workspace has every table, empty or not
         fake.add_table(table, TABLE_COLUMNS[table], rows.tables.get(table, []), **target_of(schema))
     return rows.count

@@ -122,8 +122,9 @@ def test_the_query_sent_is_the_explained_one_and_selects_on_the_operation_name(
     assert "DependencyType" not in sent.query.split("| project")[0]  # never filtered on the dependency type
     assert '"a\\"b"' in sent.query and '(AppRoleName == "airline-svc")' in sent.query
     assert sent.tables == ("AppDependencies", "AppRequests", "AppTraces")
-    # the agent lookup reaches back overlap_seconds before the window
+    # the lookup of the window's GenAI operations (and agents) reaches back overlap_seconds before the window
     assert sent.timespan == (window.start - timedelta(seconds=settings.overlap_seconds), window.end)
+    assert sent.window == (window.start, window.end)
     assert sent.headers["authorization"] == f"Bearer {TOKEN}"
     assert sent.headers["prefer"] == f"wait={settings.server_timeout_seconds}"
 
@@ -207,14 +208,14 @@ def test_a_fault_in_the_middle_of_a_window_keeps_the_watermark_before_it(fake: F
     failing_start = NOW - timedelta(seconds=180 + 3600) + timedelta(seconds=1200)
 
     def fail_third_slice(request: Recorded) -> Reply | None:
-        return server_error(503) if request.timespan and request.timespan[0] == failing_start else None
+        return server_error(503) if request.window and request.window[0] == failing_start else None
 
     fake.on_query = fail_third_slice
     source, store = make_source(fake, max_window_seconds=600), InMemoryStore()
     first = run_cycle(source, store, NOW)
     assert isinstance(first.error, SourceError) and first.error.kind == "server"
     assert first.batches == 2 and watermark(store) == failing_start
-    attempts = [r for r in fake.query_requests if r.timespan and r.timespan[0] == failing_start]
+    attempts = [r for r in fake.query_requests if r.window and r.window[0] == failing_start]
     assert len(attempts) == 2  # the query and its one retry
 
     fake.on_query = None
@@ -244,7 +245,7 @@ def test_a_restart_resumes_from_the_stored_watermark_with_no_duplicate_and_no_ga
     second_process.close()
 
     assert first.error is None and second.error is None
-    resumed = fake.query_requests[-1].timespan
+    resumed = fake.query_requests[-1].window
     assert stopped_at is not None and resumed is not None
     assert resumed[0] == stopped_at - timedelta(seconds=600)  # not initial_lookback: it resumed
     everything = before + after
@@ -260,7 +261,7 @@ def test_no_checkpoint_starts_initial_lookback_back_and_reads_a_backlog_in_slice
     source = make_source(fake, initial_lookback_seconds=7200, max_window_seconds=1800)
     batches = list(source.pull(None, NOW))
     source.close()
-    spans = [r.timespan for r in fake.query_requests]
+    spans = [r.window for r in fake.query_requests]
     start = NOW - timedelta(seconds=180 + 7200)
     step = timedelta(seconds=1800)
     assert spans == [(start + i * step, start + (i + 1) * step) for i in range(4)]
@@ -536,7 +537,7 @@ def test_a_checkpoint_of_another_workspace_is_not_reused(fake: FakeLogAnalytics)
     source = make_source(fake)
     list(source.pull(other, NOW))
     source.close()
-    first = fake.query_requests[0].timespan
+    first = fake.query_requests[0].window
     assert first is not None and first[0] == NOW - timedelta(seconds=180 + 3600)
 
 

@@ -11,7 +11,7 @@ import pytest
 from monitor.assemble import assemble
 from monitor.formats.conventions import UNSUPPORTED_REASON, content_switch, recognize
 from monitor.formats.otlp import parse_otlp_document
-from monitor.models import SpanRecord
+from monitor.models import SpanEvent, SpanRecord
 from monitor.store.memory import InMemoryStore
 
 T0 = datetime(2026, 12, 1, 12, tzinfo=UTC)
@@ -101,3 +101,26 @@ def test_a_conversation_paused_on_a_tool_call_waits_the_grace_for_its_result() -
     assert [p.key for p in ready] == [TRACE]
     [conversation] = assemble(store.spans_of(TRACE), key=TRACE).conversations
     assert [m.role for m in conversation.messages] == ["user", "assistant", "tool", "assistant"]
+
+
+def test_each_convention_is_recognised_in_one_place() -> None:
+    start = datetime(2026, 12, 2, tzinfo=UTC)
+
+    def span(attributes: dict[str, object], events: tuple[SpanEvent, ...] = ()) -> SpanRecord:
+        return SpanRecord(trace_id="a" * 32, span_id="b" * 16, name="chat", kind="client", start_time=start,
+                          attributes=attributes, events=events)
+
+    chat = {"gen_ai.operation.name": "chat"}
+    user = SpanEvent(name="gen_ai.user.message", time=start, attributes={"content": "hi"})
+    azure = SpanEvent(name="gen_ai.user.message", time=start,
+                      attributes={"gen_ai.event.content": '{"content": {"text": {"value": "hi"}}, "role": "user"}'})
+    parts = json.dumps([{"role": "user", "parts": [{"type": "text", "content": "hi"}]}])
+    assert recognize(span({**chat, "gen_ai.input.messages": parts})) == "semconv"
+    assert recognize(span({**chat, "gen_ai.input.messages": parts}, (user,))) == "semconv"  # attributes first
+    assert recognize(span(chat, (user,))) == "legacy_events"
+    assert recognize(span(chat, (azure,))) == "azure_sdk"
+    assert recognize(span({"llm.input_messages.0.message.role": "user"})) == "openinference"
+    assert recognize(span({"gen_ai.prompt.0.role": "user"})) == "openllmetry_legacy"
+    assert recognize(span({**chat, "gen_ai.output.messages": '[{"role": "assistant", "content": "hi"}]'})) == (
+        "semantic_kernel")
+    assert recognize(span({"ai.prompt": "hi"})) == "unsupported"

@@ -88,7 +88,7 @@ def test_a_fault_mid_window_leaves_straddling_conversations_for_when_all_their_s
     load(rig.fake, spans)
 
     def fail_third_slice(request: Recorded) -> Reply | None:
-        return server_error(503) if request.timespan and request.timespan[0] == failing else None
+        return server_error(503) if request.window and request.window[0] == failing else None
 
     rig.fake.on_query = fail_third_slice
     monitor = rig.monitor()
@@ -114,7 +114,7 @@ def test_a_slice_that_times_out_is_halved_and_the_watermark_moves_on(rig: Rig) -
     rows = load(rig.fake, spans)
 
     def too_slow_for_a_whole_slice(request: Recorded) -> Reply | None:
-        span = request.timespan
+        span = request.window  # the query's window (its timespan reaches overlap_seconds further back)
         return gateway_timeout() if span and span[1] - span[0] > timedelta(seconds=300) else None
 
     rig.fake.on_query = too_slow_for_a_whole_slice

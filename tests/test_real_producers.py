@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from monitor.assemble import assemble
 from monitor.formats.otlp import parse_otlp_line
@@ -182,3 +183,35 @@ def test_the_judge_sees_every_message_once_and_in_order(path: Path, tmp_path: Pa
             position = prompt.index(needle)
             assert position > cursor, f"{path.name}: {needle!r} out of order"
             cursor = position
+
+
+@pytest.mark.parametrize(("agents", "judged"), [(["table-*"], len(SESSIONS)), (["reservation-*"], 0)],
+                         ids=["matching", "other-agents"])
+def test_a_rubric_for_agents_applies_to_a_producer_that_names_none(tmp_path: Path, agents: list[str],
+                                                                  judged: int) -> None:
+    """openai-v2 sets no gen_ai.agent.name: the agent is the resource's service.name (table-booker), and a rubric
+    restricted to ``table-*`` judges its sessions in the daemon's cycle, while one for ``reservation-*`` does not."""
+    fixture = DATA / "openai-v2-span-only-plain-app.otlp.jsonl"
+    assert '"gen_ai.agent.name"' not in fixture.read_text(encoding="utf-8")
+    traces, rubrics = tmp_path / "traces", tmp_path / "rubrics"
+    traces.mkdir()
+    rubrics.mkdir()
+    (traces / fixture.name).write_bytes(fixture.read_bytes())
+    rubric = yaml.safe_load((REPO / "examples" / "rubrics" / "restaurant-reservation.yaml").read_text("utf-8"))
+    rubric["agents"] = agents
+    (rubrics / "booking.yaml").write_text(yaml.safe_dump(rubric), encoding="utf-8")
+    with ScriptedOpenAIServer(lambda r: verdict(r, SEED_PASS_SCORES)) as server:
+        config = write_config(tmp_path / "c.yaml", judge_config(
+            server.base_url,
+            source={"kind": "otlp_file", "path": str(traces)},
+            rubrics={"directory": str(rubrics)},
+            store={"url": f"sqlite:///{tmp_path / 'results.db'}"},
+            metrics={"host": "127.0.0.1", "port": 0},
+            conversation={"idle_timeout_seconds": 0},
+        ))
+        done = run_cli(["run", "--once", "--config", str(config)], tmp_path)
+        requests = list(server.requests)
+    assert done.returncode == 0, done.stderr
+    assert len(requests) == judged, done.stderr
+    for request in requests:
+        assert f'<conversation agent="{AGENT_NAME}">' in request.body["messages"][-1]["content"]

@@ -10,23 +10,32 @@ checks this mapping against the real exporter. Not replicated: the HTTP, databas
 of ``name``, ``target`` and ``data`` (GenAI spans carry no ``http.*``/``db.*`` attributes), span links, and
 custom measurements.
 
+The exporter's own output can be turned into rows too: ``envelopes_to_rows`` takes the envelopes it posted to
+``/v2.1/track`` (as ``tests/data/producers/*.envelopes.jsonl`` hold them) and lays them out the same way, by the
+documented mapping (``RequestData`` → ``requests``, ``RemoteDependencyData`` → ``dependencies``,
+``MessageData`` → ``traces``, ``ExceptionData`` → ``exceptions``; ``ai.operation.id`` → ``operation_Id``,
+``ai.operation.parentId`` → ``operation_ParentId``, ``properties`` → ``customDimensions`` ...). Metrics and
+custom events land in tables no GenAI query reads and are left out.
+
 Rows are plain dicts keyed by column name, with ``datetime`` values for ``datetime`` columns and dicts for
 ``dynamic`` ones; a query server encodes them for the wire. Both layouts are produced: the classic
 Application Insights tables (``dependencies``, ``requests``, ``traces``) and the workspace tables
 (``AppDependencies``, ``AppRequests``, ``AppTraces``).
 
     python -m tools.spans_to_app_insights spans.jsonl --schema workspace > rows.json
+    python -m tools.spans_to_app_insights run.envelopes.jsonl --envelopes --schema classic > rows.json
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
 
@@ -451,6 +460,76 @@ def spans_to_rows(
     return result
 
 
+# --- the exporter's envelopes -------------------------------------------------------------------------------
+
+_ITEM_OF_BASE_TYPE: dict[str, Literal["request", "dependency", "trace", "exception"]] = {
+    "RequestData": "request", "RemoteDependencyData": "dependency", "MessageData": "trace",
+    "ExceptionData": "exception",
+}
+_DURATION = re.compile(r"(\d+)\.(\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?")
+
+
+def envelope_duration_ms(text: str) -> float:
+    """``d.hh:mm:ss.fff``, the envelope's duration, in milliseconds."""
+    match = _DURATION.fullmatch(text)
+    if match is None:
+        raise ValueError(f"not an envelope duration: {text!r}")
+    days, hours, minutes, seconds, fraction = match.groups()
+    total = ((int(days) * 24 + int(hours)) * 60 + int(minutes)) * 60 + int(seconds)
+    return total * 1000.0 + (float(f"0.{fraction}") * 1000.0 if fraction else 0.0)
+
+
+def envelope_from_track(item: Mapping[str, Any]) -> Envelope | None:
+    """One telemetry item the exporter posted to ``/v2.1/track``, as the ``Envelope`` its row is made of;
+    ``None`` for items no GenAI query reads (metrics, custom events)."""
+    data = item.get("data") or {}
+    kind = _ITEM_OF_BASE_TYPE.get(str(data.get("baseType")))
+    if kind is None:
+        return None
+    base = data.get("baseData") or {}
+    tags = item.get("tags") or {}
+    moment = datetime.fromisoformat(str(item["time"]).replace("Z", "+00:00")).astimezone(UTC)
+    properties = {str(k): str(v) for k, v in (base.get("properties") or {}).items()}
+    common: dict[str, Any] = {
+        "item": kind,
+        "time": moment,
+        "operation_id": str(tags.get("ai.operation.id", "")),
+        "parent_id": str(tags.get("ai.operation.parentId", "")),
+        "operation_name": str(tags.get("ai.operation.name", "")),
+        "properties": properties,
+        "role_name": str(tags.get("ai.cloud.role", "")),
+        "role_instance": str(tags.get("ai.cloud.roleInstance", "")),
+        "session_id": str(tags.get("ai.session.id", "")),
+    }
+    if kind in ("request", "dependency"):
+        return Envelope(
+            **common, id=str(base.get("id", "")), name=str(base.get("name", ""))[:NAME_MAX_CHARS],
+            duration_ms=envelope_duration_ms(str(base.get("duration", "0.00:00:00.000"))),
+            success=bool(base.get("success", True)),
+            result_code=str(base.get("responseCode" if kind == "request" else "resultCode", "0")),
+            type=str(base.get("type", "")), target=str(base.get("target", "")),
+        )
+    if kind == "trace":
+        return Envelope(**common, message=str(base.get("message", ""))[:MESSAGE_MAX_CHARS])
+    exceptions = base.get("exceptions") or [{}]
+    return Envelope(**common, message=str(exceptions[0].get("message", "")))
+
+
+def envelopes_to_rows(
+    items: Iterable[Mapping[str, Any]], schema: Schema = "classic", *, ingestion: Ingestion | None = None
+) -> AppInsightsRows:
+    """The rows ingestion makes of the exporter's envelopes, in one layout."""
+    where = ingestion or Ingestion()
+    to_row = classic_row if schema == "classic" else workspace_row
+    result = AppInsightsRows(schema=schema)
+    tables = TABLE_NAMES[schema]
+    for item in items:
+        envelope = envelope_from_track(item)
+        if envelope is not None:
+            result.add(tables[envelope.item], to_row(envelope, where))
+    return result
+
+
 def _json_default(value: Any) -> Any:
     if isinstance(value, datetime):
         return value.isoformat().replace("+00:00", "Z")
@@ -460,12 +539,18 @@ def _json_default(value: Any) -> Any:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("spans", type=Path,
-                        help="JSON lines, one SpanRecord per line (SpanRecord.model_dump_json)")
+                        help="JSON lines, one SpanRecord per line (SpanRecord.model_dump_json), or with "
+                             "--envelopes one exporter envelope per line")
     parser.add_argument("--schema", choices=["classic", "workspace"], default="classic")
+    parser.add_argument("--envelopes", action="store_true",
+                        help="the input holds the Azure Monitor exporter's envelopes, not SpanRecords")
     args = parser.parse_args(argv)
     with args.spans.open(encoding="utf-8") as handle:
-        spans = [SpanRecord.model_validate_json(line) for line in handle if line.strip()]
-    rows = spans_to_rows(spans, args.schema)
+        lines = [line for line in handle if line.strip()]
+    if args.envelopes:
+        rows = envelopes_to_rows((json.loads(line) for line in lines), args.schema)
+    else:
+        rows = spans_to_rows([SpanRecord.model_validate_json(line) for line in lines], args.schema)
     json.dump(rows.tables, sys.stdout, default=_json_default)
     sys.stdout.write("\n")
     return 0

@@ -267,11 +267,14 @@ def operation_of(span: SpanRecord) -> str | None:
     """``gen_ai.operation.name``, else the operation a conventional span name starts with (``chat gpt-4o``);
     model calls of conventions that name them otherwise (OpenInference, OpenLLMetry 0.4x, Semantic Kernel's
     ``chat.completions``) are ``chat``."""
+    operation = span.operation
+    if operation and operation in _KNOWN_OPERATIONS:
+        return operation  # the current conventions' values: no alias to look up
     aliased = inference_operation(span)
     if aliased is not None:
         return aliased
-    if span.operation:
-        return span.operation
+    if operation:
+        return operation
     first_word = span.name.split(" ", 1)[0]
     return first_word if first_word in _KNOWN_OPERATIONS else None
 

@@ -1,10 +1,11 @@
-"""Reading the GenAI content of a span: messages, system instructions and tool definitions.
+"""The GenAI message model's readers, shared by every convention: messages, system instructions and tool
+definitions as the current conventions write them (``gen_ai.input.messages``, ``gen_ai.output.messages``,
+``gen_ai.system_instructions``, ``gen_ai.tool.definitions``; JSON strings or structured values), the legacy
+conventions' content shapes (``content_parts``, ``tool_call_parts``), the ``ReadCache`` and ``SpanContent``.
 
-Two formats exist. The current one puts JSON on span attributes (``gen_ai.input.messages``,
-``gen_ai.output.messages``, ``gen_ai.system_instructions``, ``gen_ai.tool.definitions``), as JSON strings
-or as structured values. The legacy one (deprecated since semconv 1.38, still emitted) puts one span event
-per message: ``gen_ai.{system,user,assistant,tool}.message`` and ``gen_ai.choice``, with the body in the
-event attributes or, in the Azure SDK variant, as JSON in ``gen_ai.event.content``.
+Which convention a span follows, and the reader of each, are in ``monitor.formats.conventions``: ``semconv``
+(attributes, the ``gen_ai.client.inference.operation.details`` event), ``legacy_events`` (one event or log
+record per message), ``azure_sdk`` (their ``gen_ai.event.content`` variant), and the others.
 
 A value that is not valid against the schema is reported (``error``) and ignored, never raised. A value cut
 short (Application Insights caps property values) is reported as ``truncated``, and the complete leading
@@ -27,7 +28,7 @@ from monitor.formats.json_text import (
     maybe_json_object,
     replace_lone_surrogates_in,
 )
-from monitor.models import Message, Part, SpanEvent, SpanRecord, ToolDefinition
+from monitor.models import Message, Part, ToolDefinition
 
 INPUT_MESSAGES = "gen_ai.input.messages"
 OUTPUT_MESSAGES = "gen_ai.output.messages"
@@ -45,19 +46,8 @@ CONTENT_ATTRIBUTES = frozenset({
 """Attributes whose truncation by a source means the conversation's content is incomplete."""
 
 SYSTEM_ROLES = frozenset({"system", "developer"})
-_LEGACY_ROLES = {
-    "gen_ai.system.message": "system",
-    "gen_ai.user.message": "user",
-    "gen_ai.assistant.message": "assistant",
-    "gen_ai.tool.message": "tool",
-}
-_LEGACY_CHOICE = "gen_ai.choice"
-_LEGACY_INSTRUCTION = "gen_ai.system.instruction"
-_LEGACY_BODY_KEYS = frozenset({
-    "content", "role", "tool_calls", "id", "tool_call_id", "message", "index", "finish_reason", "text",
-})
 _CORE_PART_KEYS = {"type", "content", "id", "name", "arguments", "response"}
-_READ_KEYS = (INPUT_MESSAGES, OUTPUT_MESSAGES, SYSTEM_INSTRUCTIONS, TOOL_DEFINITIONS)
+READ_KEYS = (INPUT_MESSAGES, OUTPUT_MESSAGES, SYSTEM_INSTRUCTIONS, TOOL_DEFINITIONS)
 
 T = TypeVar("T")
 
@@ -351,211 +341,7 @@ class SpanContent:
         return self.input + self.output
 
 
-def read_span_content(
-    span: SpanRecord, *, generation: Generation = "pre_move", cache: ReadCache | None = None
-) -> SpanContent:
-    """Messages, instructions and tool definitions of ``span`` (attributes first, legacy events otherwise)."""
-    attributes = _content_attributes(span)
-    has_attribute_messages = INPUT_MESSAGES in attributes or OUTPUT_MESSAGES in attributes
-    if not span.events and not any(key in attributes for key in _READ_KEYS):
-        # Tool and agent spans without content are most spans: nothing to read.
-        return SpanContent(truncated=bool(CONTENT_ATTRIBUTES.intersection(span.truncated_keys)))
-    builder = _ContentBuilder(span, generation, cache or ReadCache())
-    builder.read_attributes(attributes)
-    if not has_attribute_messages:
-        builder.read_legacy_events(span.events)
-    return builder.build()
-
-
-def _content_attributes(span: SpanRecord) -> Mapping[str, Any]:
-    """Span attributes, completed by an ``inference.operation.details`` event that carries the same keys."""
-    if not span.events:
-        return span.attributes
-    merged = dict(span.attributes)
-    for event in span.events:
-        if event.name == OPERATION_DETAILS_EVENT:
-            for key in (INPUT_MESSAGES, OUTPUT_MESSAGES, SYSTEM_INSTRUCTIONS, TOOL_DEFINITIONS):
-                if key in event.attributes and key not in merged:
-                    merged[key] = event.attributes[key]
-    return merged
-
-
-class _ContentBuilder:
-    def __init__(self, span: SpanRecord, generation: Generation, cache: ReadCache) -> None:
-        self.span = span
-        self.generation = generation
-        self.cache = cache
-        self.input: list[TimedMessage] = []
-        self.output: list[TimedMessage] = []
-        self.instructions: list[str] = []
-        self.tools: tuple[ToolDefinition, ...] = ()
-        self.truncated = bool(CONTENT_ATTRIBUTES.intersection(span.truncated_keys))
-        self.input_truncated = False
-        self.rejected: dict[str, int] = {}
-        self.problems: list[str] = []
-
-    def build(self) -> SpanContent:
-        return SpanContent(
-            input=tuple(_answer_ids(self.input)),
-            output=tuple(self.output),
-            system_instructions=tuple(self.instructions),
-            tool_definitions=self.tools,
-            truncated=self.truncated,
-            input_truncated=self.input_truncated,
-            rejected=self.rejected,
-            problems=tuple(self.problems),
-        )
-
-    def reject(self, reason: str, detail: str) -> None:
-        self.rejected[reason] = self.rejected.get(reason, 0) + 1
-        self.problems.append(f"span {self.span.span_id} of trace {self.span.trace_id}: {detail}")
-
-    def _accept(self, key: str, read: AttributeRead[T]) -> tuple[T, ...]:
-        self.truncated = self.truncated or read.truncated
-        if read.error is not None:
-            self.reject(f"invalid_{key.removeprefix('gen_ai.').replace('.', '_')}", f"{key}: {read.error}")
-            return ()
-        return read.items
-
-    def read_attributes(self, attributes: Mapping[str, Any]) -> None:
-        cut = set(self.span.truncated_keys)
-        start = self.span.start_time
-        end = self.span.end_time or start
-        if INPUT_MESSAGES in attributes:
-            read = read_input_messages(
-                attributes[INPUT_MESSAGES], truncated=INPUT_MESSAGES in cut, generation=self.generation,
-                cache=self.cache)
-            self.input = [TimedMessage(m, start) for m in self._accept(INPUT_MESSAGES, read)]
-            self.input_truncated = read.truncated
-        if OUTPUT_MESSAGES in attributes:
-            read = read_output_messages(
-                attributes[OUTPUT_MESSAGES], truncated=OUTPUT_MESSAGES in cut, generation=self.generation,
-                cache=self.cache)
-            self.output = [TimedMessage(m, end) for m in self._accept(OUTPUT_MESSAGES, read)]
-        if SYSTEM_INSTRUCTIONS in attributes:
-            read_parts = read_system_instructions(
-                attributes[SYSTEM_INSTRUCTIONS],
-                truncated=SYSTEM_INSTRUCTIONS in cut,
-                generation=self.generation,
-                cache=self.cache,
-            )
-            text = Message(role="system", parts=self._accept(SYSTEM_INSTRUCTIONS, read_parts)).text
-            if text:
-                self.instructions.append(text)
-        if TOOL_DEFINITIONS in attributes:
-            read_tools = read_tool_definitions(
-                attributes[TOOL_DEFINITIONS], truncated=TOOL_DEFINITIONS in cut, generation=self.generation,
-                cache=self.cache)
-            self.tools = self._accept(TOOL_DEFINITIONS, read_tools)
-
-    def read_legacy_events(self, events: Sequence[SpanEvent]) -> None:
-        ordered = sorted(enumerate(events), key=lambda item: (item[1].time, item[0]))
-        for _, event in ordered:
-            if event.name not in _LEGACY_ROLES and event.name not in (_LEGACY_CHOICE, _LEGACY_INSTRUCTION):
-                continue
-            body = self._legacy_body(event)
-            if body is None:
-                continue
-            if event.name == _LEGACY_INSTRUCTION or event.name == "gen_ai.system.message":
-                text = Message(role="system", parts=content_parts(body.get("content", body.get("text")))).text
-                if text:
-                    self.instructions.append(text)
-            elif event.name == _LEGACY_CHOICE:
-                choice = legacy_choice(body)
-                if choice is not None:
-                    self.output.append(TimedMessage(choice, event.time))
-            else:
-                message = legacy_message(_LEGACY_ROLES[event.name], body)
-                if message is not None:
-                    self.input.append(TimedMessage(message, event.time))
-
-    def _legacy_body(self, event: SpanEvent) -> dict[str, Any] | None:
-        attributes = event.attributes
-        raw = attributes.get(EVENT_CONTENT, attributes.get("body"))
-        if raw is None:
-            body = {key: value for key, value in attributes.items() if key in _LEGACY_BODY_KEYS}
-            # Span attributes cannot nest, so producers write the structured body fields as JSON text.
-            for key in ("tool_calls", "message"):
-                if isinstance(body.get(key), str):
-                    decoded = decode_json_text(body[key])
-                    body[key] = decoded.value if decoded.error is None else None
-                    self.truncated = self.truncated or decoded.truncated
-            return body
-        if isinstance(raw, dict):
-            return raw
-        if not isinstance(raw, str):
-            self.reject("invalid_legacy_event", f"event {event.name}: content is a {type(raw).__name__}")
-            return None
-        if not raw.lstrip().startswith("{"):
-            return {"content": raw}
-        decoded = decode_json_text(raw)
-        if decoded.truncated:
-            self.truncated = True
-            return None
-        if decoded.error is not None:
-            # Not JSON, and not JSON cut short: message text that happens to start with a brace.
-            return {"content": raw}
-        if not isinstance(decoded.value, dict):
-            self.reject("invalid_legacy_event", f"event {event.name}: not an object")
-            return None
-        return decoded.value
-
-
-def _answer_ids(messages: list[TimedMessage]) -> list[TimedMessage]:
-    """Tool results without a call id (OpenLLMetry's ``gen_ai.tool.message`` records carry none) take the id of
-    the call they answer: the calls of the assistant message before them, in order."""
-    if not any(p.type == "tool_call_response" and p.id is None for m in messages for p in m.message.parts):
-        return messages
-    result: list[TimedMessage] = []
-    pending: list[str] = []
-    for timed in messages:
-        message = timed.message
-        if message.role == "assistant":
-            pending = [p.id for p in message.tool_calls if p.id]
-        elif message.role == "tool" and len(message.parts) == 1 and message.parts[0].type == "tool_call_response":
-            part = message.parts[0]
-            if part.id is None and pending:
-                part = part.model_copy(update={"id": pending[0]})
-                timed = TimedMessage(message.model_copy(update={"parts": (part,)}), timed.time)
-            if part.id in pending:
-                pending.remove(part.id)
-        result.append(timed)
-    return result
-
-
-# ---- legacy bodies ---------------------------------------------------------------------------------------
-
-
-def legacy_message(role: str, body: Mapping[str, Any]) -> Message | None:
-    """A ``gen_ai.{user,assistant,tool}.message`` body as a message; ``None`` when it carries nothing."""
-    if role == "tool":
-        identifier = body.get("id", body.get("tool_call_id"))
-        if identifier is None and body.get("content") is None:
-            return None
-        return Message(role="tool", parts=(Part(
-            type="tool_call_response",
-            id=identifier if isinstance(identifier, str) else None,
-            response=body.get("content"),
-        ),))
-    parts = content_parts(body.get("content")) + tool_call_parts(body.get("tool_calls"))
-    return Message(role=role, parts=parts) if parts else None
-
-
-def legacy_choice(body: Mapping[str, Any]) -> Message | None:
-    """The first choice (``index`` 0) of a ``gen_ai.choice`` body; other choices were not continued."""
-    index = body.get("index", 0)
-    if index not in (0, "0", None):
-        return None
-    raw_message = body.get("message")
-    message = raw_message if isinstance(raw_message, dict) else {}
-    role = message.get("role")
-    tool_calls = message.get("tool_calls", body.get("tool_calls"))
-    finish_reason = body.get("finish_reason")
-    return Message(
-        role=role if isinstance(role, str) and role else "assistant",
-        parts=content_parts(message.get("content")) + tool_call_parts(tool_calls),
-        finish_reason=finish_reason if isinstance(finish_reason, str) else None,
-    )
+# ---- shapes shared by the legacy conventions ----------------------------------------------------------------
 
 
 def content_parts(content: Any) -> tuple[Part, ...]:

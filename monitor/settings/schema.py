@@ -162,7 +162,8 @@ class AppInsightsSourceSettings(_Section):
     """CA bundle to verify the endpoint's TLS certificate (private CAs, tests)."""
     credential: AppInsightsCredentialSettings = AppInsightsCredentialSettings()
     agents: tuple[str, ...] = ()
-    """Only spans of these agents (``gen_ai.agent.name`` or ``gen_ai.agent.id``); left out, every agent."""
+    """Only traces with a span of these agents (``gen_ai.agent.name``, ``gen_ai.agent.id``, or the service name,
+    ``cloud_RoleName``, for producers that name no agent); left out, every agent."""
 
     @field_validator("agents")
     @classmethod
@@ -173,7 +174,8 @@ class AppInsightsSourceSettings(_Section):
     extra_filter: str | None = None
     """An extra KQL predicate appended as ``| where <extra_filter>``."""
     overlap_seconds: float = Field(default=600.0, ge=0, le=MAX_SECONDS)
-    """Each window starts this long before the watermark, so late-ingested rows are read (dedup by span id)."""
+    """Each window starts this long before the watermark, so late-ingested rows are read (dedup by span id); the
+    lookup of a window's GenAI operations (whose log records are read) reaches this far back too."""
     ingestion_delay_seconds: float = Field(default=180.0, ge=0, le=MAX_SECONDS)
     """Each window ends this long before now: Application Insights ingestion lags by minutes."""
     initial_lookback_seconds: float = Field(default=3600.0, ge=0, le=MAX_SECONDS)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import codecs
 import dataclasses
+import functools
 import hashlib
 import json
 import logging
@@ -44,6 +45,8 @@ from azure.monitor.query import LogsQueryClient, LogsQueryStatus, LogsTable, Log
 
 from monitor.azure_auth import credential_failure
 from monitor.errors import ConfigError, SourceAuthError, SourceError, SourceQueryError
+from monitor.formats.conventions.legacy_events import UNNAMED_LEGACY_EVENT
+from monitor.formats.genai import INPUT_MESSAGES, OPERATION_DETAILS_EVENT, OUTPUT_MESSAGES, SYSTEM_INSTRUCTIONS
 from monitor.formats.json_text import (
     cycle_collection_paused,
     decode_json_text,
@@ -51,6 +54,7 @@ from monitor.formats.json_text import (
     replace_lone_surrogates,
     replace_lone_surrogates_in,
 )
+from monitor.formats.python_literal import LiteralError, looks_like_python_literal, parse_python_literal
 from monitor.metrics import MonitorMetrics
 from monitor.models import SpanRecord, as_utc
 from monitor.redaction import remember_secret
@@ -192,6 +196,101 @@ def _broken_json(value: str) -> bool:
     if decoded.error is None:
         return False
     return decoded.truncated or len(value) in (PROPERTY_CAP, GEN_AI_PROPERTY_CAP)
+
+
+NO_BODY_MESSAGE = "n/a"
+"""The ``message`` the exporter writes for a log record without a body (openai-v2 ``event_only``)."""
+_MESSAGE_KEYS = (INPUT_MESSAGES, OUTPUT_MESSAGES, SYSTEM_INSTRUCTIONS)
+_SHORT_LITERAL_CHARS = 64
+
+
+@functools.lru_cache(maxsize=1024)
+def _short_literal(text: str) -> Any:
+    # "('stop',)", "('tool_calls',)": the same few short values on most spans, read once.
+    return parse_python_literal(text)
+
+
+_REPR_HINTS = ("('", "{'", "['", '(\\"')
+"""How a Python ``repr`` container shows in the JSON text of a properties cell, at the start of a value."""
+
+
+def _repr_valued_keys(raw: str) -> list[str]:
+    """The keys of ``raw`` (a properties cell's JSON text) whose value opens like a Python ``repr`` container:
+    C-level searches for the few ways one starts, then a look back to the key; no look at the other values."""
+    keys: list[str] = []
+    for hint in _REPR_HINTS:
+        position = raw.find(hint)
+        while position != -1:
+            back = position - 1
+            while back >= 0 and raw[back] in "([{ ":
+                back -= 1
+            if back > 0 and raw[back] == '"':  # the value's opening quote
+                back -= 1
+                while back >= 0 and raw[back] in ": ":
+                    back -= 1
+                if back > 0 and raw[back] == '"':  # the key's closing quote
+                    opening = raw.rfind('"', 0, back)
+                    key = raw[opening + 1:back]
+                    if key not in keys:
+                        keys.append(key)
+            position = raw.find(hint, position + 1)
+    return keys
+
+
+def literal_properties(properties: dict[str, Any], raw: Any = None) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """``properties`` (changed in place) with the ``gen_ai.*`` values the exporter wrote as Python ``repr`` read
+    back into lists and dicts, and the keys whose ``repr`` breaks off (cut at a cap).
+
+    The OTel SDK keeps sequences as tuples and log records may hold maps; the exporter writes ``str(value)``:
+    ``"('tool_calls',)"``, ``"({'role': 'user', 'parts': (...)},)"``. They go through a bounded literal
+    parser, never ``eval``. ``raw``, the cell as sent (JSON text), names the keys to look at (most rows: none)."""
+    if isinstance(raw, str):
+        # A repr container quotes its strings with ' (or with " when they hold a '): one test passes the rest.
+        keys = _repr_valued_keys(raw) if "'" in raw else []
+    else:
+        keys = list(properties)
+    if not keys:
+        return properties, ()
+    cut: list[str] = []
+    for key in keys:
+        value = properties.get(key)
+        if not (isinstance(value, str) and key.startswith("gen_ai.") and looks_like_python_literal(value)):
+            continue
+        try:
+            read = _short_literal(value) if len(value) <= _SHORT_LITERAL_CHARS else parse_python_literal(value)
+        except LiteralError as exc:
+            if exc.truncated or len(value) in (PROPERTY_CAP, GEN_AI_PROPERTY_CAP):
+                cut.append(key)
+            continue
+        properties[key] = read  # the dict is this row's own, just decoded
+    return properties, tuple(cut)
+
+
+def exporter_log_record(message: str, properties: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
+    """The event name and attributes of a ``traces`` row, or ``None`` when it is not GenAI content.
+
+    Three kinds of rows hold GenAI content: span events (``message`` is the event name), log records with an
+    ``event.name`` attribute (Semantic Kernel; ``message`` is the body), and log records whose event name the
+    exporter dropped (it keeps the attributes, ``gen_ai.system`` / ``gen_ai.provider.name`` among them). Of
+    those, a record without a body (``"n/a"``) carrying messages is util-genai's
+    ``gen_ai.client.inference.operation.details`` (``event_only``); one with a body is a legacy
+    ``gen_ai.*.message`` / ``gen_ai.choice`` record, named ``UNNAMED_LEGACY_EVENT`` here and given its role by
+    the reader of legacy events from its body and its place among the span's records. The application's own
+    logs (no ``gen_ai.`` name or attribute) are not content.
+    """
+    if message.startswith("gen_ai.") and " " not in message:
+        return message, properties
+    event_name = properties.get("event.name")
+    named = isinstance(event_name, str) and event_name.startswith("gen_ai.")
+    if not named and not any(key.startswith("gen_ai.") for key in properties):
+        return None
+    if named:
+        return str(event_name), {**properties, "body": message}
+    if message in ("", NO_BODY_MESSAGE):
+        if any(key in properties for key in _MESSAGE_KEYS):
+            return OPERATION_DETAILS_EVENT, properties
+        return None
+    return UNNAMED_LEGACY_EVENT, {**properties, "body": message}
 
 
 def event_span_id(trace_id: str, parent_id: str, moment: datetime, name: str,
@@ -428,7 +527,8 @@ class RowReader:
         if kind is None:
             return None, "unknown_item_type"
         trace_id = _text(values[cells.operation_id])
-        properties = _properties(values[cells.properties])
+        raw_properties = values[cells.properties]
+        properties = _properties(raw_properties)
         if properties is None:
             return None, "bad_properties"
         if not trace_id:
@@ -437,7 +537,11 @@ class RowReader:
         if parent == trace_id:
             parent = ""  # older SDKs wrote the operation id as a root's parent
         if kind == "trace":
-            return self._event(values, cells, moment, trace_id, parent, properties)
+            # Log records may hold structured values (openai-v2 event_only's messages), which the exporter writes as
+            # Python repr; span attributes cannot nest, so span rows keep their text (their message attributes are
+            # JSON, and the tuples of scalars the exporter writes for list attributes are read by no one).
+            properties, cut_literals = literal_properties(properties, raw_properties)
+            return self._event(values, cells, moment, trace_id, parent, properties, cut_literals)
         span_id = _text(values[cells.span_id])
         if not span_id:
             return None, "missing_id"
@@ -459,19 +563,26 @@ class RowReader:
         ), ""
 
     def _event(self, values: list[Any], cells: _Cells, moment: datetime, trace_id: str, parent: str,
-               properties: dict[str, Any]) -> tuple[SpanRecord | None, str]:
+               properties: dict[str, Any], cut_literals: tuple[str, ...]) -> tuple[SpanRecord | None, str]:
+        message = _text(values[cells.message])
+        read = exporter_log_record(message, properties)
+        if read is None:
+            return None, ""  # the application's own log lines: not GenAI content, as the query means it
         if not parent:
             return None, "event_without_parent"
-        name = _text(values[cells.message])
+        name, attributes = read
+        role = _text(values[cells.role])
         return SpanRecord(
             trace_id=trace_id,
-            span_id=event_span_id(trace_id, parent, moment, name, properties),
+            # The id hashes the row as written (message, not the name read from it): stable across re-reads.
+            span_id=event_span_id(trace_id, parent, moment, message, properties),
             parent_span_id=parent,
             name=name,
             kind="event",
             start_time=moment,
-            attributes=properties,
-            truncated_keys=truncated_keys(properties),
+            attributes=attributes,
+            resource={"service.name": role} if role else {},
+            truncated_keys=truncated_keys(attributes) + cut_literals,
         ), ""
 
 

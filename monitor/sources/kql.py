@@ -2,8 +2,17 @@
 
 GenAI spans are selected on ``customDimensions["gen_ai.operation.name"]``, not on the dependency ``type``: the
 Azure Monitor exporter writes ``type = "N/A"`` for a GenAI CLIENT span unless the deprecated ``gen_ai.system``
-attribute is present. Span events (the legacy ``gen_ai.user.message`` ... format, and Azure's
-``gen_ai.event.content`` variant) live in the traces table as rows whose ``message`` is the event name.
+attribute is present. Spans that name a conversation without being a GenAI operation (the application's own
+request or session span carrying ``gen_ai.conversation.id``, or ``microsoft.gen_ai.main_agent.conversation_id``)
+come along, since they group a session's traces, and so do the model calls of conventions that do not set the
+operation name (OpenInference ``openinference.span.kind``, OpenLLMetry 0.4x ``llm.request.type``).
+
+The traces table holds span events (the legacy ``gen_ai.user.message`` ... format, and Azure's
+``gen_ai.event.content`` variant: ``message`` is the event name) and log records (``message`` is the body, or
+``"n/a"``; the exporter drops the event name but keeps the ``gen_ai.*`` attributes). Both are taken only from the
+operations (traces) of the GenAI spans, looked up ``overlap_seconds`` before the window so a record whose span
+started in the previous window still finds it, and only rows with a ``gen_ai.`` name or attribute: the
+application's other logs are never scanned beyond those operations.
 
 With agents configured, a trace is kept when any of its GenAI spans names one of them (``gen_ai.agent.name``,
 ``gen_ai.agent.id`` or the exporter's propagated ``microsoft.gen_ai.main_agent.*``), so child ``chat`` and
@@ -27,6 +36,15 @@ AGENT_KEYS = (
     "microsoft.gen_ai.main_agent.id",
 )
 EVENT_NAME_PREFIX = "gen_ai."
+SPAN_MARKER_KEYS = (
+    "gen_ai.operation.name",
+    "gen_ai.conversation.id",
+    "microsoft.gen_ai.main_agent.conversation_id",
+    "gen_ai.thread.id",
+    "openinference.span.kind",
+    "llm.request.type",
+)
+"""A span (dependency or request row) is read when one of these properties is set."""
 
 
 @dataclass(frozen=True)
@@ -143,41 +161,54 @@ def kql_string(value: str) -> str:
 
 
 def query_timespan(settings: AppInsightsSourceSettings, window: Window) -> tuple[datetime, datetime]:
-    """The ``timespan`` sent with the query: wider than the window when the agent lookup looks back."""
-    if settings.agents:
-        return window.start - timedelta(seconds=settings.overlap_seconds), window.end
-    return window.start, window.end
+    """The ``timespan`` sent with the query: wider than the window, since the lookup of the window's GenAI
+    operations (and of the configured agents' traces) reaches ``overlap_seconds`` back."""
+    return window.start - timedelta(seconds=settings.overlap_seconds), window.end
 
 
 def build_query(settings: AppInsightsSourceSettings, schema: TableSchema, window: Window) -> str:
     """The query for one window: GenAI spans and their span events, one row per span or event."""
     s = schema
     props = s.properties
+    markers = "\n        or ".join(f'isnotempty(tostring({props}["{key}"]))' for key in SPAN_MARKER_KEYS)
+    lookup_start = window.start - timedelta(seconds=settings.overlap_seconds)
     lines = [
-        f"// rubric-monitor: GenAI spans and span events, {s.name} tables, window {window}",
+        f"// rubric-monitor: GenAI spans, span events and log records, {s.name} tables, window {window}",
         f"let window_start = {kql_datetime(window.start)};",
         f"let window_end = {kql_datetime(window.end)};",
+        f"let lookup_start = {kql_datetime(lookup_start)};",
         f"let gen_ai_spans = union {s.dependencies}, {s.requests}",
-        f'    | where isnotempty(tostring({props}["gen_ai.operation.name"]))'
+        f"    | where {s.time} >= lookup_start and {s.time} < window_end",
+        f"    | where {markers}"
         + (f"\n    | where ({settings.extra_filter})" if settings.extra_filter else "") + ";",
     ]
-    in_agent_traces = ""
     if settings.agents:
-        matches = "\n        or ".join(f'tostring({props}["{key}"]) in (agents)' for key in AGENT_KEYS)
+        # The resource's service.name (cloud_RoleName) names the agent of producers that set no agent name.
+        matches = "\n        or ".join([*(f'tostring({props}["{key}"]) in (agents)' for key in AGENT_KEYS),
+                                        f"{s.role_name} in (agents)"])
         lines += [
             f"let agents = dynamic([{', '.join(kql_string(a) for a in settings.agents)}]);",
-            "// traces with a span of a configured agent (the timespan reaches back overlap_seconds)",
-            "let agent_traces = gen_ai_spans",
+            "// traces with a span of a configured agent (looked up from overlap_seconds before the window)",
+            "let gen_ai_operations = gen_ai_spans",
             f"    | where {matches}",
             f"    | distinct {s.operation_id};",
         ]
-        in_agent_traces = f"\n    | where {s.operation_id} in (agent_traces)"
+        in_operations = f"\n    | where {s.operation_id} in (gen_ai_operations)"
+    else:
+        lines += [
+            "// traces with a GenAI span (looked up from overlap_seconds before the window)",
+            f"let gen_ai_operations = gen_ai_spans | distinct {s.operation_id};",
+        ]
+        in_operations = ""
     lines += [
         "let spans = gen_ai_spans",
-        f"    | where {s.time} >= window_start and {s.time} < window_end{in_agent_traces};",
+        f"    | where {s.time} >= window_start and {s.time} < window_end{in_operations};",
+        "// span events and log records of those traces only, with a gen_ai. name or attribute",
         f"let span_events = {s.traces}",
         f"    | where {s.time} >= window_start and {s.time} < window_end",
-        f"    | where {s.message} startswith {kql_string(EVENT_NAME_PREFIX)}{in_agent_traces};",
+        f"    | where {s.operation_id} in (gen_ai_operations)",
+        f"    | where {s.message} startswith {kql_string(EVENT_NAME_PREFIX)}"
+        f" or tostring({props}) contains {kql_string(chr(34) + EVENT_NAME_PREFIX)};",
         "union spans, span_events",
         f"| project {', '.join(s.projection)}",
     ]

@@ -8,7 +8,10 @@ datetimes with seven fractional digits; ``PartialError`` past a row or byte limi
 What it checks, and what it does not (it cannot run KQL):
 - it requires ``Authorization: Bearer <token>`` (401 without it; 403 for a token outside ``accepted_tokens``);
 - it selects the tables whose names appear in the query text (outside comments and string literals);
-- it filters their rows by the request's ``timespan`` on the time column, inclusive at both ends;
+- it filters their rows by the request's ``timespan`` on the time column, inclusive at both ends, and, when
+  the query declares ``let window_start = datetime(...)`` and ``let window_end = datetime(...)`` (as
+  rubric-monitor's does), by ``[window_start, window_end)`` as well: the rows its ``where`` clauses keep are
+  in that window, while the timespan reaches further back for the query's lookups;
 - it does NOT evaluate ``where``, ``project``, ``let`` or any other operator: every row of a named table
   inside the timespan is returned, with the union of the tables' columns (null where a table lacks one).
 Faults are scripted: replies queued in ``script`` are served first, one per query request, then ``on_query``
@@ -55,6 +58,11 @@ class Recorded:
     @property
     def query(self) -> str:
         return str(self.body.get("query", ""))
+
+    @property
+    def window(self) -> tuple[datetime, datetime] | None:
+        """The ``[window_start, window_end)`` the query declares (its timespan may reach further back)."""
+        return query_window(self.query)
 
 
 @dataclass
@@ -172,6 +180,18 @@ def tables_named(query: str, candidates: list[str]) -> list[str]:
     return [name for _, name in sorted(found)]
 
 
+_WINDOW_BOUND = re.compile(r"let window_(start|end) = datetime\(([^)]+)\);")
+
+
+def query_window(query: str) -> tuple[datetime, datetime] | None:
+    """``[window_start, window_end)`` as the query declares them, if it does."""
+    bounds = {name: _as_utc(datetime.fromisoformat(value.replace("Z", "+00:00")))
+              for name, value in _WINDOW_BOUND.findall(query)}
+    if "start" in bounds and "end" in bounds:
+        return bounds["start"], bounds["end"]
+    return None
+
+
 def parse_timespan(value: str | None, now: datetime) -> tuple[datetime, datetime] | None:
     """``start/end``, ``start/duration`` or ``duration`` (ending now), as the client encodes them."""
     if not value:
@@ -229,6 +249,13 @@ class FakeLogAnalytics:
         with self._lock:
             table = dataset.setdefault(name, Table(columns=list(columns)))
             table.rows.extend(rows)
+
+    def clear(self) -> None:
+        """Forget every table and recorded request: one server serves test after test."""
+        with self._lock:
+            self._workspaces.clear()
+            self._resources.clear()
+            self.requests.clear()
 
     def _dataset(self, workspace_id: str | None, resource_id: str | None, *,
                  create: bool = False) -> Dataset | None:
@@ -354,7 +381,7 @@ class FakeLogAnalytics:
         encoded_rows = [json.dumps([encode_cell(row.get(name), kind) for name, kind in columns],
                                    ensure_ascii=False, separators=(",", ":"))
                         for name in recorded.tables
-                        for row in self._rows_in(dataset[name], recorded.timespan)]
+                        for row in self._rows_in(dataset[name], recorded.timespan, query_window(recorded.query))]
         kept, error = self._apply_limits(encoded_rows)
         recorded.rows_returned = len(kept)
         head = json.dumps({"name": "PrimaryResult", "columns": [{"name": n, "type": t} for n, t in columns]})
@@ -363,14 +390,20 @@ class FakeLogAnalytics:
             body += ',"error":' + json.dumps(error)
         return Reply(json_body=(body + "}").encode())
 
-    def _rows_in(self, table: Table, timespan: tuple[datetime, datetime] | None) -> list[dict[str, Any]]:
+    def _rows_in(self, table: Table, timespan: tuple[datetime, datetime] | None,
+                 window: tuple[datetime, datetime] | None) -> list[dict[str, Any]]:
         with self._lock:
             rows = list(table.rows)
         column = table.time_column
-        if timespan is None or column is None:
+        if column is None:
             return rows
-        start, end = timespan
-        return [row for row in rows if start <= _as_utc(row[column]) <= end]
+        if timespan is not None:
+            start, end = timespan
+            rows = [row for row in rows if start <= _as_utc(row[column]) <= end]
+        if window is not None:
+            start, end = window
+            rows = [row for row in rows if start <= _as_utc(row[column]) < end]
+        return rows
 
     def _apply_limits(self, encoded_rows: list[str]) -> tuple[list[str], dict[str, Any] | None]:
         if len(encoded_rows) > self.row_limit:

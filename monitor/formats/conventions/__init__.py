@@ -1,16 +1,19 @@
 """Which GenAI convention a span follows, decided in one place, and its content in the one message model.
 
 Every convention maps onto ``monitor.models`` (``Message``/``Part``/``ToolDefinition``) through the reader of the
-current conventions (``monitor.formats.genai``): a convention that spells content differently is rewritten into
-the current attribute names and the GenAI parts format by its own small module, then read like any other span.
+current conventions (``semconv``, on the shared readers of ``monitor.formats.genai``): a convention that spells
+content differently is rewritten into the current attribute names and the GenAI parts format by its own small
+module, then read like any other span. One module per convention: ``semconv``, ``legacy_events`` (with its
+``azure_sdk`` variant), ``semantic_kernel``, ``openllmetry_legacy``, ``openinference``.
 
 ==========================  =====================================================================================
 convention                  recognised by
 ==========================  =====================================================================================
 ``semconv``                 ``gen_ai.input.messages`` / ``gen_ai.output.messages`` / ``gen_ai.system_instructions``
                             / ``gen_ai.tool.definitions`` on the span, on a ``gen_ai.client.inference.operation
-                            .details`` event or log record; legacy events and log records ``gen_ai.*.message`` /
-                            ``gen_ai.choice`` (the Azure SDK variant with ``gen_ai.event.content``)
+                            .details`` event or log record
+``legacy_events``           no messages on the span; events or log records ``gen_ai.*.message`` / ``gen_ai.choice``
+``azure_sdk``               the same, with the body as JSON in ``gen_ai.event.content``
 ``semantic_kernel``         current names holding OpenAI-shaped values (messages without ``parts``)
 ``openllmetry_legacy``      ``gen_ai.prompt.N.*`` / ``gen_ai.completion.N.*`` (OpenLLMetry 0.4x)
 ``openinference``           ``llm.input_messages.N.*`` / ``llm.output_messages.N.*`` (Phoenix, Arize)
@@ -26,13 +29,22 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from monitor.formats.conventions import openinference, openllmetry_legacy, semantic_kernel
+from monitor.formats.conventions import (
+    azure_sdk,
+    legacy_events,
+    openinference,
+    openllmetry_legacy,
+    semantic_kernel,
+    semconv,
+)
+from monitor.formats.conventions.semconv import read_span_content as read_semconv_content
 from monitor.formats.genai import ReadCache, SpanContent
-from monitor.formats.genai import read_span_content as read_semconv_content
 from monitor.formats.genai_schema import Generation
 from monitor.models import SpanRecord
 
-SEMCONV = "semconv"
+SEMCONV = semconv.NAME
+LEGACY_EVENTS = legacy_events.NAME
+AZURE_SDK = azure_sdk.NAME
 UNSUPPORTED = "unsupported"
 NONE = "none"
 UNSUPPORTED_REASON = "unsupported_convention"
@@ -48,11 +60,54 @@ UNSUPPORTED_CONTENT_KEYS = frozenset({
 """Attributes that hold message content in a convention this package does not read."""
 
 _INFERENCE_ALIASES = {"chat.completions": "chat", "text.completions": "text_completion"}
+_INDEXED_PREFIXES = tuple(prefix + "." for prefix in (
+    openinference.INPUT, openinference.OUTPUT, openllmetry_legacy.PROMPT, openllmetry_legacy.COMPLETION))
+"""Flattened conventions' keys start so (``llm.input_messages.0.message.role``, ``gen_ai.prompt.0.content`` ...)."""
+_OI_INPUT, _OI_OUTPUT, _OL_PROMPT, _OL_COMPLETION = _INDEXED_PREFIXES
+_INPUT, _OUTPUT, _TOOLS = "gen_ai.input.messages", "gen_ai.output.messages", "gen_ai.tool.definitions"
+
+
+_PLAIN_KEY_SETS: dict[tuple[str, ...], bool] = {}
+"""Whether a span's attribute names (in order) are free of other conventions' names: one producer writes the same
+names span after span, so the answer is looked up, not worked out, for almost every span."""
+_KEY_SETS_KEPT = 4096
+
+
+def _plain_keys(attributes: Mapping[str, Any]) -> bool:
+    if not UNSUPPORTED_CONTENT_KEYS.isdisjoint(attributes):
+        return False
+    keys = "\n".join(attributes)
+    return not ((_OI_INPUT in keys or _OI_OUTPUT in keys or _OL_PROMPT in keys or _OL_COMPLETION in keys) and (
+        openinference.recognizes(attributes) or openllmetry_legacy.recognizes(attributes)))
+
+
+def in_current_conventions(attributes: Mapping[str, Any]) -> bool:
+    """The fast path: no key of a flattened or unsupported convention, and message or tool values (if any) not in
+    Semantic Kernel's OpenAI shape. Most spans are in the current conventions; this decides it by one lookup of the
+    span's attribute names and, for spans with messages, two substring tests: not a Python loop per key and per
+    convention."""
+    keys = tuple(attributes)
+    plain = _PLAIN_KEY_SETS.get(keys)
+    if plain is None:
+        plain = _plain_keys(attributes)
+        if len(_PLAIN_KEY_SETS) >= _KEY_SETS_KEPT:
+            _PLAIN_KEY_SETS.clear()
+        _PLAIN_KEY_SETS[keys] = plain
+    if not plain:
+        return False
+    if _INPUT in attributes or _OUTPUT in attributes or _TOOLS in attributes:
+        return not semantic_kernel.recognizes(attributes)
+    return True
 
 
 def recognize(span: SpanRecord) -> str:
     """The convention of ``span``'s content: one of the names in the table above, or ``none``."""
     attributes = span.attributes
+    if in_current_conventions(attributes):
+        if span.events and _INPUT not in attributes and _OUTPUT not in attributes and legacy_events.recognizes(
+                span.events):
+            return AZURE_SDK if any(azure_sdk.recognizes(e.attributes) for e in span.events) else LEGACY_EVENTS
+        return SEMCONV
     if openinference.recognizes(attributes):
         return openinference.NAME
     if openllmetry_legacy.recognizes(attributes):
@@ -68,8 +123,10 @@ def read_span_content(
     span: SpanRecord, *, generation: Generation = "pre_move", cache: ReadCache | None = None
 ) -> SpanContent:
     """Messages, instructions and tool definitions of ``span``, whichever convention it follows."""
+    if in_current_conventions(span.attributes):  # the fast path: most spans
+        return read_semconv_content(span, generation=generation, cache=cache)
     convention = recognize(span)
-    if convention == SEMCONV:
+    if convention in (SEMCONV, LEGACY_EVENTS, AZURE_SDK):
         return read_semconv_content(span, generation=generation, cache=cache)
     if convention == UNSUPPORTED:
         content = read_semconv_content(span, generation=generation, cache=cache)

@@ -19,6 +19,7 @@ from monitor.formats.conventions.flattened import openai_content_parts, tool_cal
 NAME = "semantic_kernel"
 _MESSAGE_KEYS = ("gen_ai.input.messages", "gen_ai.output.messages")
 _TOOLS = "gen_ai.tool.definitions"
+_TOOL_SHAPE_CHARS = 512
 
 
 def recognizes(attributes: Mapping[str, Any]) -> bool:
@@ -28,7 +29,11 @@ def recognizes(attributes: Mapping[str, Any]) -> bool:
         if isinstance(value, str) and '"role"' in value and '"parts"' not in value:
             return True
     tools = attributes.get(_TOOLS)
-    return isinstance(tools, str) and ('"function": {' in tools or '"function":{' in tools)
+    if not isinstance(tools, str):
+        return False
+    # The first tool shows the shape ({"type": "function", "function": {...}}); definitions run to kilobytes.
+    head = tools[:_TOOL_SHAPE_CHARS]
+    return '"function": {' in head or '"function":{' in head
 
 
 def semconv_attributes(attributes: Mapping[str, Any]) -> dict[str, Any]:
