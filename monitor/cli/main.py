@@ -12,12 +12,12 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from monitor.cli import alerts, backfill, calibrate, daemon, db, evaluate, results, rubrics
+from monitor.cli import alerts, backfill, calibrate, daemon, db, evaluate, results, rubrics, slo
 from monitor.cli.common import EXIT_CODES, version
 from monitor.errors import ConfigError
 from monitor.redaction import redact
 
-COMMANDS = (daemon, evaluate, results, rubrics, calibrate, db, alerts, backfill)
+COMMANDS = (daemon, evaluate, results, rubrics, calibrate, db, alerts, backfill, slo)
 """Command modules, in the order ``--help`` lists their verbs."""
 
 

@@ -17,6 +17,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, SecretStr, fie
 
 from monitor.errors import ConfigError
 from monitor.redaction import remember_secret, remember_url_password
+from monitor.slo.spec import SloSettings
 
 ENV_PREFIX = "RUBRIC_MONITOR_"
 
@@ -468,6 +469,9 @@ class Settings(_Section):
     replicas: ReplicaSettings = ReplicaSettings()
     retention: RetentionSettings = RetentionSettings()
     writeback: WritebackSettings = WritebackSettings()
+    slos: tuple[SloSettings, ...] = ()
+    """Quality SLOs (objective, window, burn-rate alerts) on rubrics' verdicts; a rubric file may also hold its own
+    ``slo:`` block. See docs/slo.md."""
 
     @model_validator(mode="after")
     def _check_judge(self) -> Settings:
