@@ -51,7 +51,10 @@ def cmd_rules(args: argparse.Namespace) -> int:
     from monitor.slo.rules import prometheus_rule, rule_groups
 
     settings = load_settings(args.config)
-    rules = rule_groups(_selected(args, settings), settings.alerts.max_unscored_share)
+    try:
+        rules = rule_groups(_selected(args, settings), settings.alerts.max_unscored_share, args.interval)
+    except ValueError as exc:
+        raise ConfigError("command line", "--interval", str(exc)) from exc
     document = prometheus_rule(rules) if args.prometheus_rule else rules
     header = "# rubric-monitor SLO rules (rubric-monitor slo rules); docs/slo.md\n"
     _write(header + yaml.safe_dump(document, sort_keys=False, width=120), args.output)
@@ -131,6 +134,8 @@ def register(sub: Any) -> None:
     rules.add_argument("--prometheus-rule", action="store_true",
                        help="as a kube-prometheus PrometheusRule (deploy/monitoring)")
     rules.add_argument("--slo", default=None, help="only this SLO")
+    rules.add_argument("--interval", default="1m",
+                       help="evaluation interval of the rule groups, a divisor of 5m (default 1m)")
     rules.add_argument("--output", type=Path, default=None, help="write to this file instead of stdout")
     rules.set_defaults(handler=cmd_rules)
     export = slo_sub.add_parser("export", help="write the SLOs as Sloth or OpenSLO specs")
