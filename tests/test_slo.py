@@ -159,3 +159,12 @@ def test_the_daemon_computes_the_budget_and_notifies_through_the_alerts_outbox(t
         finally:
             alerts.close()
             store.close()
+
+
+def test_a_tier_given_its_labels_only_keeps_the_workbook_conditions() -> None:
+    slo = resolve([definition(alerting={"page": {"labels": {"team": "reservations"}}, "ticket": {"windows": []}})])[0]
+    assert slo.alerting.page.labels == {"severity": "critical", "team": "reservations"}
+    assert [(w.burn_rate, w.long, w.short) for w in slo.alerting.page.windows] == [(14.4, "1h", "5m"), (6, "6h", "30m")]
+    assert [name for name, _ in slo.tiers()] == ["page"]
+    overridden = definition(alerting={"ticket": {"labels": {"severity": "info"}}}).alerting.ticket
+    assert overridden.labels == {"severity": "info"} and len(overridden.windows) == 2

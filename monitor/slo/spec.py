@@ -75,9 +75,10 @@ class AlertTier(_Model):
     """One severity of SLO alert: its labels (routed by Alertmanager) and its burn-rate conditions (any fires it)."""
 
     labels: dict[str, str] = Field(default_factory=dict)
-    """Labels of the alert, e.g. ``{severity: critical, team: airline}``."""
+    """Labels of the alert, e.g. ``{team: airline}``, over the tier's default ``severity`` (page: critical, ticket:
+    warning), which they may override."""
     windows: tuple[BurnWindow, ...] = ()
-    """Burn-rate conditions; empty turns this severity off."""
+    """Burn-rate conditions; omitted: the workbook's for this tier; an empty list turns this severity off."""
 
     @field_validator("labels")
     @classmethod
@@ -92,7 +93,26 @@ class AlertTier(_Model):
         return value
 
 
+_TIER_DEFAULTS = {"page": ({"severity": "critical"}, PAGE_WINDOWS), "ticket": ({"severity": "warning"}, TICKET_WINDOWS)}
+
+
 class SloAlerting(_Model):
+    @model_validator(mode="before")
+    @classmethod
+    def _tier_defaults(cls, data: object) -> object:
+        """A tier written with its labels only keeps the workbook's conditions (``page: {labels: {team: x}}`` must
+        not turn the page off), and its labels go over the default severity."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        for tier, (labels, windows) in _TIER_DEFAULTS.items():
+            given = data.get(tier)
+            if isinstance(given, dict):
+                given_labels = given.get("labels")
+                merged = {**labels, **given_labels} if isinstance(given_labels, dict) else given_labels
+                data[tier] = {"windows": windows, **given, "labels": merged if given_labels is not None else labels}
+        return data
+
     page: AlertTier = AlertTier(labels={"severity": "critical"}, windows=PAGE_WINDOWS)
     """Fast burn: someone is paged (default: 14.4x over 1h and 5m, 6x over 6h and 30m; severity critical)."""
     ticket: AlertTier = AlertTier(labels={"severity": "warning"}, windows=TICKET_WINDOWS)
