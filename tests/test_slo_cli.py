@@ -156,3 +156,45 @@ def test_slo_status_without_slos(tmp_path: Path) -> None:
     done = run_cli(["slo", "status", "--config", str(tmp_path / "config.yaml")], tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout == "no SLO defined (settings slos:, or a rubric's slo: block; docs/slo.md)\n"
+
+
+def test_check_lists_the_slos(workspace: Path) -> None:
+    done = run_cli(["check", "--config", str(workspace / "config.yaml")], workspace)
+    assert done.returncode == 0, done.stderr
+    rubric_file = workspace / "rubrics" / "restaurant-reservation.yaml"
+    assert "slo reservation-policy: restaurant-reservation policy_enforcement >= 4 for reservation-*: 0.9 over 7d " \
+           "(from settings)" in done.stdout
+    assert f"slo restaurant-reservation: restaurant-reservation passes for reservation-*: 0.95 over 28d (from " \
+           f"{rubric_file})" in done.stdout
+
+
+def test_check_refuses_bad_slo_definitions_naming_the_setting_or_the_file(tmp_path: Path) -> None:
+    shutil.copytree(REPO / "examples" / "rubrics", tmp_path / "rubrics")
+    rubric_file = tmp_path / "rubrics" / "restaurant-reservation.yaml"
+    base = {"rubrics": {"directory": str(tmp_path / "rubrics")}, "store": {"url": f"sqlite:///{tmp_path / 'r.db'}"}}
+
+    def check(slos: list[dict[str, Any]]) -> str:
+        done = run_cli(["check", "--config", str(write_config(tmp_path / "c.yaml", {**base, "slos": slos}))],
+                       tmp_path)
+        assert done.returncode == 2, done.stdout + done.stderr
+        return done.stderr
+
+    # An unknown rubric, and a name the rubric file's SLO already has: both named, at once.
+    errors = check([{"name": "restaurant-reservation", "rubric": "restaurant-reservation", "objective": 0.9},
+                    {"name": "other", "rubric": "nope", "objective": 0.9},
+                    {"name": "accuracy", "rubric": "restaurant-reservation", "objective": 0.9, "dimension": "nope",
+                     "min_score": 4}])
+    assert "settings: slos.1.rubric: no active rubric named 'nope'" in errors
+    assert "settings: slos.2.dimension: rubric restaurant-reservation has no dimension 'nope'" in errors
+    assert (f"{rubric_file}: slo.name: SLO name 'restaurant-reservation' is already defined in settings"
+            in errors)
+    errors = check([{"name": "a", "rubric": "restaurant-reservation", "objective": 1.5, "window": "2x"},
+                    {"name": "b", "rubric": "restaurant-reservation", "objective": 0.9,
+                     "alerting": {"page": {"windows": [{"burn_rate": 2, "long": "5m", "short": "1h"}]}}}])
+    assert "c.yaml: slos.0.objective: Input should be less than 1" in errors
+    assert "c.yaml: slos.0.window: '2x' is not a duration like 5m, 1h, 28d or 4w" in errors
+    assert "c.yaml: slos.1.alerting.page.windows.0: " in errors and "must be shorter than the long window" in errors
+    # In a rubric file: the file and the field.
+    text = rubric_file.read_text(encoding="utf-8")
+    rubric_file.write_text(text.replace("  window: 28d", "  window: 30m"), encoding="utf-8")
+    assert f"{rubric_file}: slo.window: an SLO window is at least 1h" in check([])

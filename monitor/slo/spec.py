@@ -268,9 +268,16 @@ def resolve(settings: Sequence[SloSettings], rubrics: Iterable[_RubricLike] = ()
         out.append(definition)
 
     known = None if known_rubrics is None else set(known_rubrics)
+    rubrics = list(rubrics)
+    dimensions_of = {r.name: {d.id for d in getattr(r, "dimensions", ())} for r in rubrics}
     for index, slo in enumerate(settings):
         if known is not None and slo.rubric not in known:
             errors.append(ConfigError("settings", f"slos.{index}.rubric", f"no active rubric named {slo.rubric!r}"))
+            continue
+        dimensions = dimensions_of.get(slo.rubric)
+        if slo.dimension is not None and dimensions and slo.dimension not in dimensions:
+            errors.append(ConfigError("settings", f"slos.{index}.dimension",
+                                      f"rubric {slo.rubric} has no dimension {slo.dimension!r}"))
             continue
         add(SloDefinition(slo.name, slo.rubric, slo.agents, slo.objective, slo.window, slo.dimension, slo.min_score,
                           slo.alerting, slo.description, "settings"), "settings", f"slos.{index}.name")
