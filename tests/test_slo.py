@@ -111,7 +111,8 @@ def test_the_daemon_computes_the_budget_and_notifies_through_the_alerts_outbox(t
     with Receiver() as receiver:
         settings = Settings.model_validate({
             "store": {"url": f"sqlite:///{tmp_path / 'r.db'}"}, "slos": [definition().model_dump()],
-            "alerts": {"notifiers": [{"name": "hook", "kind": "webhook", "url": receiver.url + "/events"}]}})
+            "alerts": {"notifiers": [{"name": "hook", "kind": "webhook", "url": receiver.url + "/events"}],
+                       "example_link_template": "https://grafana.example/explore?traceId={trace_id}"}})
         store = SqlStore(settings.store.url if isinstance(settings.store.url, str) else str(settings.store.url))
         registry = CollectorRegistry()
         alerts = build_alerts(settings, store, registry)
@@ -144,6 +145,12 @@ def test_the_daemon_computes_the_budget_and_notifies_through_the_alerts_outbox(t
             page = next(e for e in events if e["labels"]["alerting"] == "page")
             assert page["labels"]["alertname"] == "RubricSLOBurn" and page["labels"]["severity"] == "critical"
             assert page["summary"].startswith("SLO reservations burns its error budget 20.0x too fast (page)")
+            # The failing conversations behind it, newest first, as a regression alert names them: of the newest
+            # judge configuration, in the condition's long window (1h).
+            assert [e["conversation_id"] for e in page["examples"]] == [f"c{10_058 - i}" for i in range(5)]
+            assert page["examples"][0]["operation_id"] == f"{10_058:032x}"
+            assert page["examples"][0]["link"] == f"https://grafana.example/explore?traceId={10_058:032x}"
+            assert all(e["kind"] != "firing" or e["examples"] for e in events)
             # The regression alerts do not see the SLO's states.
             assert all(s.kind != "slo_burn" for s in alerts.states().values())
             # Recovery: an hour of passes; the page resolves (its 5m and 30m windows clear), once; the ticket stays

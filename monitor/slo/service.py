@@ -15,12 +15,13 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 from monitor.alerts.detector import DetectorSettings, SeriesKey, Status, Verdict, without_cyclic_gc
+from monitor.alerts.events import example_dicts
 from monitor.alerts.lifecycle import AlertState, Transition, step
 from monitor.alerts.store import NewEvent
 from monitor.alerts.windows import WindowCounts
 from monitor.metrics.slo import SloFigures, SloMetrics
 from monitor.slo.rules import ALERT_NAME
-from monitor.slo.spec import SloDefinition
+from monitor.slo.spec import SloDefinition, duration_seconds
 from monitor.slo.status import SloStatus, TierCheck, compute, windows_of
 from monitor.store.sql import SqlStore
 
@@ -91,7 +92,7 @@ def details(status: SloStatus, check: TierCheck) -> dict[str, Any]:
 
 
 def slo_event(kind: str, status: SloStatus, check: TierCheck, starts_at: datetime, ends_at: datetime | None,
-              generator_url: str) -> dict[str, Any]:
+              generator_url: str, examples: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     slo = status.slo
     found = details(status, check)
     if kind == "resolved":
@@ -108,7 +109,7 @@ def slo_event(kind: str, status: SloStatus, check: TierCheck, starts_at: datetim
         + f". Error budget left over {slo.window}: {_percent(found['budget_remaining'])}; exhausted in "
         f"{duration_text(found['exhaustion_seconds'])}. `rubric-monitor slo status --slo {slo.name}`.")
     return {"kind": kind, "labels": labels(slo, check.tier), "summary": summary, "description": description,
-            "details": found, "examples": [], "starts_at": starts_at.isoformat(),
+            "details": found, "examples": examples or [], "starts_at": starts_at.isoformat(),
             "ends_at": None if ends_at is None else ends_at.isoformat(), "generator_url": generator_url}
 
 
@@ -185,8 +186,9 @@ class SloService:
         for transition in transitions:
             status, check = checks[transition.state.key]
             starts = datetime.fromtimestamp(transition.state.firing_since or now.timestamp(), now.tzinfo)
+            examples = self._examples(status, check, now) if transition.kind == "firing" else []
             payload = slo_event(transition.kind, status, check, starts,
-                                now if transition.kind == "resolved" else None, alerts.generator_url)
+                                now if transition.kind == "resolved" else None, alerts.generator_url, examples)
             payload["renotify"] = transition.renotify
             to, muted = alerts.recipients(transition.kind, payload["labels"], now)
             events.append(NewEvent(transition.event_key, transition.kind, payload, to, muted))
@@ -198,3 +200,19 @@ class SloService:
                 alerts.metrics.notifications.labels(notifier, "silenced").inc()
         alerts.dispatcher.submit(outbox)
         return transitions
+
+    def _examples(self, status: SloStatus, check: TierCheck, now: datetime) -> list[dict[str, Any]]:
+        """The most recent failing conversations behind a firing SLO alert, as a regression alert names them:
+        failed evaluations of the newest configuration of each agent covered, in the condition's long window, newest
+        first (``alerts.examples`` of them). A dimension SLO names none: a failed verdict is not a low score on its
+        dimension."""
+        alerts = self._alerts
+        assert alerts is not None
+        slo, limit = status.slo, alerts.settings.examples
+        if not limit or slo.dimension is not None:
+            return []
+        since = now.timestamp() - duration_seconds(check.condition.long if check.condition else slo.window)
+        found = [example for agent, config in sorted(status.configs.items())
+                 for example in alerts.store.examples(slo.rubric, agent, config, since, limit)]
+        found.sort(key=lambda example: example.evaluated_at, reverse=True)
+        return example_dicts(found[:limit], alerts.settings.example_link_template)
