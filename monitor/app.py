@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 import logging
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, TextIO, TypeVar
@@ -58,6 +58,8 @@ from monitor.writeback import WriteBack, build_exporter
 if TYPE_CHECKING:
     from monitor.alerts.service import AlertService
     from monitor.review.step import ReviewStep
+    from monitor.slo.service import SloService
+    from monitor.slo.spec import SloDefinition
     from monitor.sources.otlp_receiver import OtlpReceiverSource
 
 log = logging.getLogger(__name__)
@@ -244,6 +246,7 @@ class Monitor:
     review: ReviewStep | None = None
     """The review queue and agreement (``review.enabled``); ``monitor.daemon.loop`` serves its page."""
     review_token: str | None = None
+    slos: SloService | None = None
 
     def steps(self) -> list[Step]:
         """The steps after the scoring stages, in the order ``monitor.pipeline.steps`` gives."""
@@ -258,6 +261,8 @@ class Monitor:
         steps.append(HealthStep(self.metrics, self.health))
         if self.alerts is not None:
             steps.append(AlertsStep(self.alerts))
+        if self.slos is not None:
+            steps.append(AlertsStep(self.slos, name="slo"))  # after the regression alerts: the same outbox
         return steps
 
     def run_cycle(self, now: datetime | None = None) -> CycleReport:
@@ -397,8 +402,10 @@ def build_monitor(settings: Settings, registry: CollectorRegistry | None = None)
         receiver = source
         # Spans are committed as requests arrive, by the receiver's own thread, into the daemon's store.
         receiver.attach(store, settings.conversation.late_turns)
+    slos = build_slos(settings, store, registry, functools.partial(slo_definitions, settings, rubrics), alerts,
+                      judge, source.name)
     monitor = Monitor(settings, registry, metrics, pipeline, health, store, alerts=alerts, canaries=canaries,
-                      single_replica=single, writeback=writeback, receiver=receiver)
+                      single_replica=single, writeback=writeback, receiver=receiver, slos=slos)
     if settings.review.enabled:
         monitor.review, monitor.review_token = build_review(settings, store, metrics, redactor)
     # The windows and the counters' label sets from the rollups, before the first scrape.
@@ -451,20 +458,50 @@ def build_alerts(settings: Settings, store: SqlStore, registry: CollectorRegistr
         alert_settings = alert_settings.model_copy(update={
             "example_link_template": review_url(settings) + "/conversations/{conversation_id_url}"})
     notifiers = check_settings(alert_settings, settings.interval_seconds)
+    reasons = global_reasons(settings, registry, judge, source)
+    host = "localhost" if settings.metrics.host in ("0.0.0.0", "::") else settings.metrics.host
+    return AlertService(alert_settings, store, registry, notifiers, reasons,
+                        generator_url=f"http://{host}:{settings.metrics.port}/metrics")
+
+
+def global_reasons(settings: Settings, registry: CollectorRegistry, judge: Judge | None, source: str | None
+                   ) -> Callable[[], set[str]]:
+    """Why nothing can be judged now (the source is behind, the judge unavailable): regression and SLO alerts
+    neither fire nor resolve meanwhile."""
 
     def reasons() -> set[str]:
         found = set()
         lag = None if source is None else registry.get_sample_value("rubric_monitor_source_lag_seconds",
                                                                     {"source": source})
-        if lag is not None and lag > alert_settings.max_source_lag_seconds:
+        if lag is not None and lag > settings.alerts.max_source_lag_seconds:
             found.add("source_behind")
         if judge is not None and judge.problem:
             found.add("judge_unavailable")
         return found
 
-    host = "localhost" if settings.metrics.host in ("0.0.0.0", "::") else settings.metrics.host
-    return AlertService(alert_settings, store, registry, notifiers, reasons,
-                        generator_url=f"http://{host}:{settings.metrics.port}/metrics")
+    return reasons
+
+
+def slo_definitions(settings: Settings, rubrics: RubricRegistry) -> list[SloDefinition]:
+    """The settings' SLOs and the active rubrics' ``slo:`` blocks, as the registry holds them now (hot reload)."""
+    from monitor.slo.spec import resolve
+
+    origins = {name: str(path) for name, path in rubrics.sources().items()}
+    return resolve(settings.slos, rubrics.active(), origins)
+
+
+def build_slos(settings: Settings, store: SqlStore, registry: CollectorRegistry,
+               definitions: Callable[[], Sequence[SloDefinition]], alerts: AlertService | None = None,
+               judge: Judge | None = None, source: str | None = None) -> SloService:
+    """The SLO step (gauges; alerts through ``alerts``' notifiers when regression alerts are on), and
+    ``rubric-monitor slo status``."""
+    from monitor.alerts.service import detector_settings
+    from monitor.slo.service import SloService
+
+    service = SloService(definitions, store, detector_settings(settings.alerts), alerts,
+                         global_reasons(settings, registry, judge, source))
+    registry.register(service.metrics)
+    return service
 
 
 class _Frozen:

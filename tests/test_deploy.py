@@ -110,7 +110,7 @@ def test_validation_rejects_unknown_and_wrongly_typed_fields() -> None:
     monitor["spec"]["endpoints"][0]["scrapeInterval"] = "30s"
     with pytest.raises(jsonschema.ValidationError, match="scrapeInterval"):
         validate(monitor, KUBERNETES_VERSIONS[-1])
-    rule = copy.deepcopy(one(render("monitoring"), "PrometheusRule"))
+    rule = copy.deepcopy(one(render("monitoring"), "PrometheusRule", "rubric-monitor"))
     rule["spec"]["groups"][0]["rules"][0]["for"] = 5
     with pytest.raises(jsonschema.ValidationError):
         validate(rule, KUBERNETES_VERSIONS[-1])
@@ -131,7 +131,7 @@ def test_the_objects_each_overlay_renders() -> None:
     assert kinds["receiver"] == base
     assert kinds["dev"] == sorted([*base, "ConfigMap/rubric-monitor-traces"])
     assert kinds["monitoring"] == ["ConfigMap/rubric-monitor-dashboards", "PrometheusRule/rubric-monitor",
-                                   "ServiceMonitor/rubric-monitor"]
+                                   "PrometheusRule/rubric-slos", "ServiceMonitor/rubric-monitor"]
 
 
 @pytest.mark.parametrize("name", OVERLAYS)
@@ -342,11 +342,20 @@ def test_settings_configmap_passes_rubric_monitor_check(name: str, tmp_path: Pat
 
 def test_prometheus_rule_spec_is_the_rules_file() -> None:
     rules = yaml.safe_load((DEPLOY / "prometheus" / "rules.yaml").read_text(encoding="utf-8"))
-    rendered = one(render("monitoring"), "PrometheusRule")
+    rendered = one(render("monitoring"), "PrometheusRule", "rubric-monitor")
     assert rendered["spec"] == rules
     assert rendered == prometheus_rule(rules)
     alerts = {r["alert"] for g in rules["groups"] for r in g["rules"] if "alert" in r}
     assert {"RubricMonitorDown", "RubricMonitorStale"} <= alerts
+
+
+def test_slo_prometheus_rule_spec_is_the_slo_rules_file() -> None:
+    from monitor.slo.rules import prometheus_rule as slo_prometheus_rule
+
+    rules = yaml.safe_load((DEPLOY / "prometheus" / "slo-rules.yaml").read_text(encoding="utf-8"))
+    rendered = one(render("monitoring"), "PrometheusRule", "rubric-slos")
+    assert rendered == slo_prometheus_rule(rules)
+    assert {r["labels"]["alerting"] for g in rules["groups"] for r in g["rules"] if "alert" in r} == {"page", "ticket"}
 
 
 def test_rules_file_passes_promtool() -> None:

@@ -1,11 +1,13 @@
-"""Grafana dashboards as code: "Agent quality" and "Monitor operations", plain JSON built here.
+"""Grafana dashboards as code: "Agent quality", "Monitor operations" and "Quality SLOs", plain JSON built here.
 
     python tools/generate_deploy.py          # writes grafana/dashboards/*.json (and the PrometheusRule)
 
 The JSON follows Grafana's dashboard model (tests/test_grafana.py validates it against the schema generated from
 ``@grafana/schema``) and every query is executed against a real Prometheus that scraped a daemon run. Metric names
 are the project's contract (TEAM.md / README "Metrics"). Panels use the ``${datasource}`` variable, so the files
-import into any Grafana whose Prometheus scrapes rubric-monitor.
+import into any Grafana whose Prometheus scrapes rubric-monitor. The SLO dashboard reads the SLO recording rules
+(``rubric-monitor slo rules``, docs/slo.md) and the alerts they fire: its queries are run in the tests against a
+real Prometheus loaded with those rules (tests/test_grafana_slo.py).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 SCHEMA_VERSION = 39
 QUALITY_UID = "rubric-monitor-quality"
 OPERATIONS_UID = "rubric-monitor-operations"
+SLO_UID = "rubric-monitor-slos"
 
 # Selectors the quality panels share: the rubric and agent chosen at the top of the dashboard.
 SEL = 'rubric=~"$rubric", agent=~"$agent"'
@@ -495,4 +498,117 @@ def operations_dashboard() -> dict[str, Any]:
                      rows, [datasource_variable()], [], [dashboard_link("Agent quality", QUALITY_UID)])
 
 
-DASHBOARDS = {"agent-quality.json": quality_dashboard, "monitor-operations.json": operations_dashboard}
+# -- Quality SLOs ----------------------------------------------------------------------------------------------
+
+SLO_SEL = 'slo=~"$slo"'
+BURN_WINDOWS = "5m|30m|1h|2h|6h|1d|3d"
+"""The workbook's burn-rate windows (``monitor.slo.spec.STANDARD_WINDOWS``): recorded for every SLO."""
+
+
+def per_window(kind: str, windows: str = ".+") -> str:
+    """Every ``slo:rubric_monitor_slo_<kind>:ratio<w>`` record of the chosen SLOs, with ``w`` as a ``window`` label
+    (the window is part of the record's name, as Prometheus recording rules are named)."""
+    return (f'label_replace({{__name__=~"slo:rubric_monitor_slo_{kind}:ratio({windows})", {SLO_SEL}}}, '
+            f'"window", "$1", "__name__", "slo:rubric_monitor_slo_{kind}:ratio(.+)")')
+
+
+def slo_dashboard() -> dict[str, Any]:
+    budget_left = Panel(
+        "Error budget left", "stat",
+        [Query(f"slo:rubric_monitor_slo_error_budget_remaining:ratio{{{SLO_SEL}}}", "{{slo}}", instant=True)],
+        "Share of each SLO's error budget left over its window (1 − burn rate over the window); negative: "
+        "overspent.", width=8, unit="percentunit",
+        thresholds=[(None, "red"), (0, "orange"), (0.25, "green")],
+        options={"reduceOptions": {"calcs": ["lastNotNull"], "values": False}, "colorMode": "background"})
+    burn_down = Panel(
+        "Error budget burn-down", "timeseries",
+        [Query(f"slo:rubric_monitor_slo_error_budget_remaining:ratio{{{SLO_SEL}}}", "{{slo}}")],
+        "The budget left over the SLO's rolling window, over time: a steady slope spends it exactly over the "
+        "window, a cliff is a drop (the page), a long slide a leak (the ticket).", width=16, unit="percentunit",
+        max=1, thresholds=[(None, "red"), (0, "transparent")],
+        custom={"drawStyle": "line", "lineWidth": 2, "spanNulls": True, "thresholdsStyle": {"mode": "line"}})
+    sli = Panel(
+        "SLI over the SLO window and objective", "timeseries",
+        # The SLO's window is in its record's name (28d, 4w...): its SLI follows from the budget left and the
+        # objective, budget left = 1 - (1 - SLI) / (1 - objective).
+        [Query(f"1 - (1 - slo:rubric_monitor_slo_error_budget_remaining:ratio{{{SLO_SEL}}}) * on (slo, rubric) "
+               f"(1 - slo:rubric_monitor_slo_objective:ratio{{{SLO_SEL}}})", "{{slo}} SLI"),
+         Query(f"slo:rubric_monitor_slo_objective:ratio{{{SLO_SEL}}}", "{{slo}} objective")],
+        "Good / scored evaluations of the active rubric version over the SLO's window, against its objective.",
+        unit="percentunit", max=1, custom={"drawStyle": "line", "lineWidth": 2, "spanNulls": True})
+    sli_windows = Panel(
+        "SLI per window", "timeseries",
+        [Query(per_window("sli", BURN_WINDOWS), "{{slo}} {{window}}")],
+        "The SLI over each burn-rate window (5m to 3d): a short window reacts first, a long one says whether it "
+        "lasts.", unit="percentunit", max=1, custom={"drawStyle": "line", "spanNulls": True})
+    burn = Panel(
+        "Burn rate per window", "timeseries",
+        [Query(per_window("burn_rate", BURN_WINDOWS), "{{slo}} {{window}}")],
+        "How many times faster than allowed the budget burns over each window, (1 − SLI) / (1 − objective). "
+        "Default conditions: page above 14.4 over 1h and 5m or 6 over 6h and 30m, ticket above 3 over 1d and 2h "
+        "or 1 over 3d and 6h (lines).", width=16, min=0,
+        thresholds=[(None, "green"), (1, "yellow"), (3, "orange"), (6, "red"), (14.4, "dark-red")],
+        custom={"drawStyle": "line", "spanNulls": True, "thresholdsStyle": {"mode": "line"}})
+    burn_now = Panel(
+        "Burn rates now", "table",
+        [Query(per_window("burn_rate", BURN_WINDOWS), instant=True)],
+        "The current burn rate of each SLO over each window.", width=8,
+        transformations=[
+            {"id": "organize", "options": {"excludeByName": {"Time": True, "__name__": True, "rubric": True},
+                                           "renameByName": {"Value": "burn rate"}}},
+            {"id": "groupingToMatrix", "options": {"columnField": "window", "rowField": "slo",
+                                                    "valueField": "burn rate"}}])
+    evaluations = Panel(
+        "Scored evaluations per window", "table",
+        [Query(f'sum by (slo, window) (label_replace({{__name__=~"slo:rubric_monitor_slo_scored:increase('
+               f'{BURN_WINDOWS})", {SLO_SEL}}}, "window", "$1", "__name__", '
+               f'"slo:rubric_monitor_slo_scored:increase(.+)"))', instant=True)],
+        "The evaluations behind each figure: a condition fires only when its long window holds at least "
+        "alerting.min_evaluations (3 failures out of 4 at night page nobody).", width=24, height=6,
+        transformations=[{"id": "groupingToMatrix", "options": {"columnField": "window", "rowField": "slo",
+                                                                 "valueField": "Value"}}])
+    alerts = Panel(
+        "Burn-rate alerts (Prometheus)", "state-timeline",
+        [Query(f'max by (slo, alerting) (ALERTS{{alertname="RubricSLOBurn", alertstate="firing", {SLO_SEL}}})',
+               "{{slo}} {{alerting}}")],
+        "When each SLO's page and ticket alerts (RubricSLOBurn) fired, as Prometheus evaluated them.",
+        width=16, height=6, options={"showValue": "never", "mergeValues": True},
+        thresholds=[(None, "green"), (1, "red")])
+    firing = Panel(
+        "Firing now", "table",
+        [Query(f'ALERTS{{alertname="RubricSLOBurn", {SLO_SEL}}}', instant=True)],
+        "SLO alerts pending or firing now, with their labels (alerting: page or ticket; severity and your "
+        "routing labels).", width=8, height=6,
+        transformations=[{"id": "organize", "options": {"excludeByName": {"Time": True, "Value": True,
+                                                                           "__name__": True}}}])
+    daemon = Panel(
+        "The daemon's SLO state", "state-timeline",
+        [Query(f"max by (slo, alerting) (rubric_monitor_slo_alert_firing{{{SLO_SEL}}})", "{{slo}} {{alerting}}"),
+         Query(f"max by (slo) (rubric_monitor_slo_suspended{{{SLO_SEL}}})", "{{slo}} suspended")],
+        "The daemon's own SLO alerts (its notifiers) and suspension: while an SLO cannot be judged (unscored "
+        "storm, judge errors, source behind, judge drift) its alerts neither fire nor resolve.",
+        width=24, height=6, options={"showValue": "never", "mergeValues": True},
+        thresholds=[(None, "green"), (1, "red")])
+    rows = [
+        Row("Error budget", [budget_left, burn_down, sli]),
+        Row("Burn rates", [sli_windows, burn, burn_now, evaluations]),
+        Row("Alerts", [alerts, firing, daemon]),
+    ]
+    variables = [
+        datasource_variable(),
+        query_variable("slo", "SLO", "label_values(slo:rubric_monitor_slo_objective:ratio, slo)",
+                       description="SLOs whose rules Prometheus evaluates (rubric-monitor slo rules)."),
+    ]
+    annotations = [prometheus_annotation(
+        "SLO pages", f'max by (slo) (ALERTS{{alertname="RubricSLOBurn", alerting="page", alertstate="firing", '
+                     f'{SLO_SEL}}})', "page: {{slo}}", "red")]
+    return dashboard(SLO_UID, "rubric-monitor: quality SLOs",
+                     "Is each agent within its quality objective? Error budget left and its burn-down, burn rates "
+                     "per window, and the burn-rate alerts (docs/slo.md).",
+                     rows, variables, annotations,
+                     [dashboard_link("Agent quality", QUALITY_UID), dashboard_link("Monitor operations",
+                                                                                   OPERATIONS_UID)])
+
+
+DASHBOARDS = {"agent-quality.json": quality_dashboard, "monitor-operations.json": operations_dashboard,
+              "quality-slos.json": slo_dashboard}

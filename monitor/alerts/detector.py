@@ -27,7 +27,8 @@ from typing import Literal, NamedTuple
 
 from monitor.alerts.stats import TestResult, benjamini_hochberg, mann_whitney_drops, two_proportion_drops
 
-Kind = Literal["pass_rate", "dimension_mean"]
+Kind = Literal["pass_rate", "dimension_mean", "slo_burn"]
+"""``slo_burn``: an SLO alert (``monitor.slo.service``), which shares the lifecycle of the regression alerts."""
 Baseline = Literal["trailing", "previous_version"]
 Status = Literal["regression", "ok", "no_verdict", "cannot_judge"]
 BASELINES: tuple[Baseline, ...] = ("trailing", "previous_version")

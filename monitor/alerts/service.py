@@ -125,7 +125,9 @@ class AlertService:
 
     def states(self) -> dict[str, AlertState]:
         if self._states is None:
-            self._states = {k: AlertState.from_dict(v) for k, v in self.store.load_states().items()}
+            # SLO alerts (``monitor.slo.service``) keep their states in the same table, under their own kind.
+            self._states = {k: AlertState.from_dict(v) for k, v in self.store.load_states().items()
+                            if v.get("kind") != "slo_burn"}
         return self._states
 
     # one cycle ---------------------------------------------------------------------------------------------------
@@ -154,6 +156,11 @@ class AlertService:
         for transition in transitions:
             log.warning("alert %s: %s (%s)", transition.kind, transition.state.key, transition.verdict.status)
         return CycleAlerts(detection, transitions, len(fresh))
+
+    def recipients(self, kind: str, labels: dict[str, str], now: datetime) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """(notifiers to send to, notifiers a silence mutes) for an event of this kind and labels; SLO alerts
+        (``monitor.slo.service``) go through the same notifiers and silences."""
+        return self._recipients(kind, labels, now)
 
     def _recipients(self, kind: str, labels: dict[str, str], now: datetime) -> tuple[tuple[str, ...], tuple[str, ...]]:
         names = tuple(n for n in self.dispatcher.names if (notifier := self.dispatcher.notifier(n)) is not None

@@ -42,6 +42,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_check(args: argparse.Namespace) -> int:
     from monitor.alerts.service import check_settings
     from monitor.app import build_stages, embedded_judge_warning
+    from monitor.slo.spec import resolve
 
     settings = load_settings(args.config)
     check_settings(settings.alerts, settings.interval_seconds)
@@ -49,9 +50,15 @@ def cmd_check(args: argparse.Namespace) -> int:
     # refuses what ``run`` refuses, naming every problem at once.
     stages = build_stages(settings, CollectorRegistry(), load_model=False)
     try:
-        for rubric in stages.rubrics.active():
+        active = stages.rubrics.active()
+        for rubric in active:
             print(f"rubric {rubric.name} version {rubric.version} ({rubric.kind}) for agents "
                   f"{', '.join(rubric.agents)}")
+        # The SLOs as ``rubric-monitor slo rules`` reads them: unique names, rubrics that are loaded, dimensions the
+        # rubric has (their objectives and windows were checked with the settings and the rubric files).
+        origins = {name: str(path) for name, path in stages.rubrics.sources().items()}
+        for slo in resolve(settings.slos, active, origins, known_rubrics=[r.name for r in active]):
+            print(f"slo {slo.name}: {slo.describe()} (from {slo.origin})")
         if warning := embedded_judge_warning(settings):
             print(f"warning: {warning}")
         if args.explain:

@@ -12,13 +12,13 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from monitor.cli import alerts, backfill, calibrate, daemon, db, evaluate, labels, results, rubrics, shadow
+from monitor.cli import alerts, backfill, calibrate, daemon, db, evaluate, labels, results, rubrics, shadow, slo
 from monitor.cli import redact as redact_command
 from monitor.cli.common import EXIT_CODES, version
 from monitor.errors import ConfigError
 from monitor.redaction import redact
 
-COMMANDS = (daemon, evaluate, results, rubrics, calibrate, labels, shadow, db, alerts, backfill, redact_command)
+COMMANDS = (daemon, evaluate, results, rubrics, calibrate, labels, shadow, db, alerts, backfill, slo, redact_command)
 """Command modules, in the order ``--help`` lists their verbs."""
 
 

@@ -12,7 +12,7 @@ from monitor.app import Monitor, build_monitor
 from monitor.daemon import shutdown
 from monitor.daemon.http import MonitorHTTPServer, listen_error
 from monitor.errors import ConfigError
-from monitor.metrics.exposition import Exposition
+from monitor.metrics.exposition import Exposition, Prepared
 from monitor.models import utc_now
 from monitor.settings import OtlpReceiverSourceSettings, Settings
 
@@ -27,9 +27,12 @@ SHUTDOWN_MARGIN_SECONDS = 5.0
 
 def exposition(monitor: Monitor) -> Exposition:
     """``/metrics``: the registry, with the quality families and the regression detector's as prepared per cycle."""
-    if monitor.alerts is None:
-        return Exposition(monitor.registry, monitor.metrics.quality)
-    return Exposition(monitor.registry, monitor.metrics.quality, monitor.alerts.metrics)
+    prepared: list[Prepared] = [monitor.metrics.quality]
+    if monitor.alerts is not None:
+        prepared.append(monitor.alerts.metrics)
+    if monitor.slos is not None:
+        prepared.append(monitor.slos.metrics)
+    return Exposition(monitor.registry, *prepared)
 
 
 def readiness_problem(monitor: Monitor) -> str | None:

@@ -20,6 +20,7 @@ from monitor.metrics.quality import QUALITY_FAMILIES, FamilySpec, QualityMetrics
 from monitor.metrics.receiver import ReceiverMetrics
 from monitor.metrics.rollups import Window
 from monitor.metrics.runtime import RuntimeMetrics
+from monitor.metrics.slo import SLO_FAMILIES
 from monitor.models import EvaluationResult
 
 log = logging.getLogger(__name__)
@@ -301,7 +302,7 @@ def catalog(metrics: MonitorMetrics) -> list[FamilySpec]:
                 walk(value, depth + 1)  # a block of metrics held as an attribute (backlog, canaries, runtime)
 
     walk(metrics, 0)
-    for spec in QUALITY_FAMILIES:
+    for spec in (*QUALITY_FAMILIES, *SLO_FAMILIES):
         found[spec.name] = spec
     return sorted(found.values(), key=lambda spec: spec.name)
 

@@ -10,6 +10,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from monitor.slo.spec import RubricSlo
+
 SNAKE_CASE = re.compile(r"^[a-z][a-z0-9_]*$")
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9_.~-]{1,256}$")
 
@@ -56,6 +58,9 @@ class RubricBase(BaseModel):
     """Judge USD this rubric may spend per UTC day (needs ``judge.prices``)."""
     canary: CanarySet | None = None
     """A canary set re-scored every ``canary.interval_seconds`` to detect judge drift (see ``monitor.canary``)."""
+    slo: RubricSlo | None = None
+    """A quality SLO on this rubric's verdicts (objective, window, burn-rate alerts; docs/slo.md). How the rubric is
+    watched, not how it is scored: not part of its content version."""
 
     @field_validator("name")
     @classmethod

@@ -30,6 +30,12 @@ def content_version(data: Any) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()[:12]
 
 
+def scored_content(data: Any) -> Any:
+    """The content that decides scores: without ``slo`` (how the rubric is watched), so that changing an objective
+    does not start a new version, and with it new series and a new budget."""
+    return {k: v for k, v in data.items() if k != "slo"} if isinstance(data, dict) else data
+
+
 def _read(path: Path) -> Any:
     try:
         text = read_document_text(path)
@@ -70,7 +76,7 @@ def parse_rubric(data: Any, where: str, versions: PromptVersion) -> Rubric:
         data = {**{k: v for k, v in data.items() if k != "type"}, "kind": data["type"]}
     data = {"name": Path(where).stem, **data}
     explicit = data.get("version")
-    data = {**data, "version": content_version(data) if explicit is None else str(explicit)}
+    data = {**data, "version": content_version(scored_content(data)) if explicit is None else str(explicit)}
     try:
         rubric = _ADAPTER.validate_python(data)
     except ValidationError as exc:
@@ -114,7 +120,7 @@ def versioned(rubric: Rubric, data: Any, explicit: Any, versions: PromptVersion)
     (``3+general_quality_3f9a1c2b``)."""
     prompt = versions(rubric.kind, getattr(rubric, "metric", None))
     if explicit is None:
-        return content_version({"rubric": data, "prompt": prompt})
+        return content_version({"rubric": scored_content(data), "prompt": prompt})
     return f"{explicit}+{prompt}"
 
 

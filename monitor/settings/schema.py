@@ -30,6 +30,7 @@ from pydantic import (
 
 from monitor.errors import ConfigError
 from monitor.redaction import remember_secret, remember_url_password
+from monitor.slo.spec import SloSettings
 
 ENV_PREFIX = "RUBRIC_MONITOR_"
 
@@ -761,6 +762,9 @@ class Settings(_Section):
     writeback: WritebackSettings = WritebackSettings()
     review: ReviewSettings = ReviewSettings()
     redaction: RedactionSettings = RedactionSettings()
+    slos: tuple[SloSettings, ...] = ()
+    """Quality SLOs (objective, window, burn-rate alerts) on rubrics' verdicts; a rubric file may also hold its own
+    ``slo:`` block. See docs/slo.md."""
 
     @model_validator(mode="after")
     def _check_span_content(self) -> Settings:
