@@ -163,7 +163,8 @@ def build_privacy(settings: Settings, metrics: MonitorMetrics) -> Redactor:
     in force are logged (a privacy officer reads them in the start-up lines)."""
     redactor = build_redactor(settings.redaction, lambda name, n: metrics.redactions.labels(name).inc(n))
     install_personal_data_filter(redactor.redact_text if "logs" in redactor.surfaces else None)
-    log.info("%s", redactor.describe())
+    # Said at start when on (which recognizers, where); off is the default and not worth a line on every command.
+    log.log(logging.INFO if redactor.enabled else logging.DEBUG, "%s", redactor.describe())
     return redactor
 
 
