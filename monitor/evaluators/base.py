@@ -134,13 +134,14 @@ def extract_json(text: str) -> Any:
     A reply that starts as JSON must be JSON as a whole (a truncated object is not searched for the objects
     nested in it), and so must every fenced block."""
     stripped = text.strip()
-    if stripped.startswith(("{", "[")):
-        try:
-            value, end = _decode(stripped)
-        except json.JSONDecodeError as exc:
+    try:
+        value, end = _decode(stripped)
+    except json.JSONDecodeError as exc:
+        if stripped.startswith(("{", "[")):
             raise _json_error(exc) from None
+    else:
         if end == len(stripped):
-            return value
+            return value  # one JSON value of any type: the terse judge's reply is a JSON string
     for fenced in _FENCED.finditer(stripped):
         try:
             _decode(fenced.group(1).strip())
