@@ -119,6 +119,8 @@ lets a handler that checks its own body limit answer a body a little over it its
 
 
 _HEAD_END = b"\r\n\r\n"
+_READ_BYTES = 64 * 1024
+_LARGE_READ_BYTES = 1024 * 1024
 _CONTENT_LENGTH = re.compile(rb"^content-length:[ \t]*(\d+)[ \t]*\r?$", re.IGNORECASE | re.MULTILINE)
 
 
@@ -248,8 +250,11 @@ class BoundedHTTPServer:
             self._selector.register(connection, selectors.EVENT_READ, pending)
 
     def _read(self, pending: _Pending) -> None:
+        # A body whose length is known is read in large pieces: each read is a turn of this thread (and of the GIL).
+        wanted = _READ_BYTES if pending.needed is None else max(_READ_BYTES, min(pending.needed - len(pending.buffer),
+                                                                                 _LARGE_READ_BYTES))
         try:
-            chunk = pending.connection.recv(65536)
+            chunk = pending.connection.recv(wanted)
         except (BlockingIOError, InterruptedError):
             return
         except OSError:
