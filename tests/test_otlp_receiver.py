@@ -463,32 +463,96 @@ def test_a_client_whose_body_stalls_is_answered_408_and_cut_off(tmp_path: Path) 
             chunk = slow.recv(4096)
             assert chunk, answer
             answer += chunk
-        assert answer.startswith(b"HTTP/1.1 408") and b"Connection: close" in answer, answer[:200]
+        # Answered by the listener, which reads every request whole before a handler runs (so the stalled body
+        # never held a thread).
+        assert answer.startswith(b"HTTP/1.0 408") and b"Connection: close" in answer, answer[:200]
         while slow.recv(4096):  # the server closes the connection
             pass
         slow.close()
         assert target.rejections("read_timeout") == 1
+        assert target.count("rubric_monitor_http_connections_dropped_total", server="receiver",
+                            reason="read_timeout") == 1
 
 
-def test_connections_past_the_bound_are_answered_503_at_once(tmp_path: Path) -> None:
+def read_until_closed(client: Any) -> bytes:
+    answer = b""
+    while chunk := client.recv(4096):
+        answer += chunk
+    return answer
+
+
+def test_a_half_sent_request_holds_no_slot_and_past_the_bound_the_oldest_is_answered_503(tmp_path: Path) -> None:
     import socket
 
     with running(tmp_path, max_connections=1, retry_after_seconds=4) as target:
         holder = socket.create_connection((target.host, target.port), timeout=30)
-        holder.sendall(b"POST /v1/traces HTTP/1.1\r\n")  # holds the only slot, mid-headers
+        holder.sendall(b"POST /v1/traces HTTP/1.1\r\n")  # mid-headers, and it stays so
         server = target.receiver._server
         assert server is not None
-        wait_until(lambda: server.busy == 1)
-        extra = socket.create_connection((target.host, target.port), timeout=30)
-        answer = extra.recv(4096)
-        assert answer.startswith(b"HTTP/1.1 503") and b"Retry-After: 4" in answer, answer[:200]
-        extra.close()
+        wait_until(lambda: server.pending == 1)
+        # A whole request is served although the holder arrived first and the bound is 1: it made room by
+        # dropping the connection waiting longest (the holder), which is told to come back.
+        assert target.post("/v1/traces", b"{}", "application/json")[0] == 200
+        answer = read_until_closed(holder)
+        assert answer.startswith(b"HTTP/1.0 503") and b"Retry-After: 4" in answer, answer[:200]
+        holder.close()
         assert target.rejections("too_many_connections") == 1
         assert target.count("rubric_monitor_receiver_backpressure_total", code="503") == 1
-        holder.close()
-        # The slot is free again once the server sees the holder leave.
-        wait_until(lambda: server.busy == 0)
-        assert target.post("/v1/traces", b"{}", "application/json")[0] == 200
+        assert target.count("rubric_monitor_http_connections_dropped_total", server="receiver",
+                            reason="too_many_pending") == 1
+
+
+def test_requests_past_max_connections_are_answered_503_with_retry_after_at_once(tmp_path: Path) -> None:
+    url = store_test_url("sqlite", tmp_path)
+    real = SqlStore(url)
+    slow = SlowStore(real)
+    with running(tmp_path, store=slow, url=url, max_connections=1, retry_after_seconds=4) as target:
+        answers: list[tuple[int, dict[str, str], bytes]] = []
+        first = threading.Thread(target=lambda: answers.append(
+            target.post("/v1/traces", json_document([record(8, 1)]), "application/json")))
+        first.start()
+        assert slow.entered.acquire(timeout=30)  # the only worker waits for its commit
+        status, headers, _ = target.post("/v1/traces", json_document([record(8, 2)]), "application/json")
+        assert (status, headers.get("retry-after")) == (503, "4")
+        slow.gate.set()
+        first.join(30)
+        assert [a[0] for a in answers] == [200]
+        assert target.rejections("too_many_connections") == 1
+        assert target.count("rubric_monitor_receiver_backpressure_total", code="503") == 1
+        assert target.count("rubric_monitor_http_connections_dropped_total", server="receiver", reason="busy") == 1
+    real.close()
+
+
+@pytest.mark.parametrize("gzipped", [False, True])
+def test_a_body_near_the_limit_arrives_over_many_reads_and_one_past_it_is_refused(tmp_path: Path,
+                                                                                   gzipped: bool) -> None:
+    records = [record(20 + i // 8, i + 1, attributes={"gen_ai.operation.name": "chat", "pad": "x" * 1500})
+               for i in range(1200)]
+    body = json_document(records)  # about 2 MB
+    sent = gzip.compress(body, compresslevel=1) if gzipped else body
+    headers = {"Content-Encoding": "gzip"} if gzipped else {}
+    with running(tmp_path, max_request_bytes=len(body) + 100) as target:
+        status, _, answer = target.post("/v1/traces", sent, "application/json", headers)
+        assert (status, answer) == (200, b"{}")
+        assert len(target.stored_ids()) == len(records)
+    with running(tmp_path, max_request_bytes=len(body) - 100) as target:
+        status, _, answer = target.post("/v1/traces", sent, "application/json", headers)
+        assert status == 413
+        assert ("inflates to more than" if gzipped else "bytes; at most") in json.loads(answer)["message"]
+        assert target.rejections("too_large") == 1
+
+
+def test_a_declared_length_far_past_the_limit_is_refused_before_the_body_is_sent(tmp_path: Path) -> None:
+    import socket
+
+    with running(tmp_path, max_request_bytes=4096) as target, \
+            socket.create_connection((target.host, target.port), timeout=30) as client:
+        client.sendall(b"POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                       b"Content-Length: 1000000000\r\n\r\n")
+        assert read_until_closed(client).startswith(b"HTTP/1.0 413")
+        assert target.rejections("too_large") == 1
+        assert target.count("rubric_monitor_http_connections_dropped_total", server="receiver",
+                            reason="too_large") == 1
 
 
 def test_json_log_records_as_the_specification_writes_them(tmp_path: Path) -> None:

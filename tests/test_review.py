@@ -9,6 +9,7 @@ import math
 import random
 import re
 import socket
+import threading
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -170,12 +171,64 @@ def test_the_page_is_bounded(site: Site, tmp_path: Path) -> None:
     site.open()
     host, port = site.server.address
     holder = socket.create_connection((host, port), timeout=30)
-    holder.sendall(b"GET /queue HTTP/1.1\r\n")  # an unfinished request holds the only slot
+    holder.sendall(b"GET /queue HTTP/1.1\r\n")  # an unfinished request: it holds no worker
     try:
         status, _, _ = site.request("GET", "/queue")
-        assert status == 503
+        assert status == 200
     finally:
         holder.close()
+
+
+class GatedReviewStore(ReviewStore):
+    """The real review store, whose queue page waits until the test opens the gate (a page still rendering)."""
+
+    def __init__(self, store: SqlStore) -> None:
+        super().__init__(store)
+        self.gate = threading.Event()
+        self.entered = threading.Event()
+
+    def rubrics_and_agents(self) -> tuple[list[str], list[str]]:
+        self.entered.set()
+        assert self.gate.wait(30), "the test never opened the gate"
+        return super().rubrics_and_agents()
+
+
+def test_past_max_connections_requests_are_answered_503_and_counted(tmp_path: Path) -> None:
+    store = SqlStore(f"sqlite:///{tmp_path / 'review.db'}")
+    gated = GatedReviewStore(store)
+    drops: list[str] = []
+    settings = ReviewSettings(enabled=True, port=0, max_connections=1, request_timeout_seconds=0.5)
+    server = ReviewServer(ReviewApp(gated, settings, Auth(TOKEN, None, ())), on_drop=drops.append)
+    server.start()
+    host, port = server.address
+    try:
+        answers: list[int] = []
+
+        def get_queue() -> None:
+            connection = http.client.HTTPConnection(host, port, timeout=30)
+            connection.request("GET", "/queue", headers={"Authorization": f"Bearer {TOKEN}"})
+            answers.append(connection.getresponse().status)
+            connection.close()
+
+        first = threading.Thread(target=get_queue)
+        first.start()
+        assert gated.entered.wait(30)  # the only worker renders the first page
+        connection = http.client.HTTPConnection(host, port, timeout=30)
+        connection.request("GET", "/queue", headers={"Authorization": f"Bearer {TOKEN}"})
+        response = connection.getresponse()
+        assert (response.status, response.getheader("Retry-After")) == (503, "1")
+        connection.close()
+        gated.gate.set()
+        first.join(30)
+        assert answers == [200]
+        # A request that never arrives whole is answered 408 after request_timeout_seconds.
+        with socket.create_connection((host, port), timeout=30) as slow:
+            slow.sendall(b"GET /queue HTTP/1.1\r\n")
+            assert slow.recv(100).startswith(b"HTTP/1.0 408")
+        assert drops == ["busy", "read_timeout"]
+    finally:
+        server.close()
+        store.close()
 
 
 def test_off_loopback_needs_a_token_or_a_trusted_proxy(tmp_path: Path) -> None:

@@ -28,6 +28,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
@@ -106,10 +107,20 @@ class HTTPLimits:
     workers: int = 4
     """Threads answering complete requests."""
     max_queued: int = 64
-    """Complete requests waiting for a worker; beyond this a request is answered 503 at once."""
+    """Complete requests handed to the workers (being answered or waiting for one); beyond this a request is
+    answered 503 at once."""
+    retry_after_seconds: int | None = None
+    """The ``Retry-After`` of the 503 answers (``busy``, ``too_many_pending``); None sends none."""
+
+
+HEAD_BYTES = 32 * 1024
+"""Room for the request line and headers beside a body limit: ``HTTPLimits(max_request_bytes=body + HEAD_BYTES)``
+lets a handler that checks its own body limit answer a body a little over it itself."""
 
 
 _HEAD_END = b"\r\n\r\n"
+_READ_BYTES = 64 * 1024
+_LARGE_READ_BYTES = 1024 * 1024
 _CONTENT_LENGTH = re.compile(rb"^content-length:[ \t]*(\d+)[ \t]*\r?$", re.IGNORECASE | re.MULTILINE)
 
 
@@ -119,6 +130,8 @@ class _Pending:
     address: Any
     deadline: float
     buffer: bytearray = field(default_factory=bytearray)
+    needed: int | None = None
+    """The request's length (head and ``Content-Length`` body) once its head has arrived."""
 
 
 class BoundedRequestHandler(BaseHTTPRequestHandler):
@@ -139,10 +152,15 @@ class BoundedHTTPServer:
     without blocking; only a complete request reaches one of ``limits.workers`` threads, which runs the handler.
     So a slow-loris client (a request sent a byte at a time, or never finished) costs a socket and a buffer of at
     most ``max_request_bytes``, never a thread; it is closed after ``header_timeout_seconds``, and when
-    ``max_pending`` are waiting the oldest is dropped, so a scrape always gets in. Each drop is counted in
-    ``dropped`` by reason (``read_timeout``, ``too_many_pending``, ``too_large``, ``busy``) and reported through
-    ``on_drop``. ``handler`` is any ``BaseHTTPRequestHandler`` subclass (its ``setup`` is replaced to read the
-    buffered request)."""
+    ``max_pending`` are waiting the oldest is dropped, so a scrape always gets in. A large body (up to
+    ``max_request_bytes``) arrives over many reads; the head is looked for once, so its cost stays linear. Each drop
+    is counted in ``dropped`` by reason (``read_timeout``, ``too_many_pending``, ``too_large``, ``busy``) and
+    reported through ``on_drop``, and the client is told why when it can be (408, 503 with ``Retry-After`` when
+    configured, 413). Memory is bounded by ``(max_pending + max_queued) * max_request_bytes``.
+
+    ``handler`` is any ``BaseHTTPRequestHandler`` subclass (its ``setup`` is replaced to read the buffered
+    request); it answers one request per connection (HTTP/1.0), so a connection never waits on a worker for a
+    second request."""
 
     def __init__(self, host: str, port: int, handler: type[BaseHTTPRequestHandler], limits: HTTPLimits | None = None,
                  name: str = "http", on_drop: Callable[[str], None] | None = None) -> None:
@@ -167,6 +185,11 @@ class BoundedHTTPServer:
     def address(self) -> tuple[str, int]:
         host, port = self._listener.getsockname()[:2]
         return str(host), int(port)
+
+    @property
+    def running(self) -> bool:
+        """Accepting and reading connections."""
+        return self._thread.is_alive() and not self._stopping
 
     @property
     def pending(self) -> int:
@@ -221,14 +244,17 @@ class BoundedHTTPServer:
             connection.setblocking(False)
             with self._lock:
                 while len(self._pending) >= self.limits.max_pending:
-                    self._drop(next(iter(self._pending.values())), "too_many_pending")
+                    self._drop(next(iter(self._pending.values())), "too_many_pending", 503)
                 pending = _Pending(connection, address, time.monotonic() + self.limits.header_timeout_seconds)
                 self._pending[connection] = pending
             self._selector.register(connection, selectors.EVENT_READ, pending)
 
     def _read(self, pending: _Pending) -> None:
+        # A body whose length is known is read in large pieces: each read is a turn of this thread (and of the GIL).
+        wanted = _READ_BYTES if pending.needed is None else max(_READ_BYTES, min(pending.needed - len(pending.buffer),
+                                                                                 _LARGE_READ_BYTES))
         try:
-            chunk = pending.connection.recv(65536)
+            chunk = pending.connection.recv(wanted)
         except (BlockingIOError, InterruptedError):
             return
         except OSError:
@@ -237,22 +263,25 @@ class BoundedHTTPServer:
             if not chunk:
                 self._forget(pending)
                 return
+            searched = len(pending.buffer)
             pending.buffer += chunk
             if len(pending.buffer) > self.limits.max_request_bytes:
-                self._drop(pending, "too_large", b"413 Request Entity Too Large")
+                self._drop(pending, "too_large", 413)
                 return
-            head_end = pending.buffer.find(_HEAD_END)
-            if head_end < 0:
-                return
-            length = _CONTENT_LENGTH.search(bytes(pending.buffer[:head_end]))
-            needed = head_end + len(_HEAD_END) + (int(length.group(1)) if length else 0)
-            if needed > self.limits.max_request_bytes:
-                self._drop(pending, "too_large", b"413 Request Entity Too Large")
-                return
-            if len(pending.buffer) < needed:
+            if pending.needed is None:
+                # Only the new bytes (and the 3 before them) can complete the head's end.
+                head_end = pending.buffer.find(_HEAD_END, max(0, searched - len(_HEAD_END) + 1))
+                if head_end < 0:
+                    return
+                length = _CONTENT_LENGTH.search(bytes(pending.buffer[:head_end]))
+                pending.needed = head_end + len(_HEAD_END) + (int(length.group(1)) if length else 0)
+                if pending.needed > self.limits.max_request_bytes:
+                    self._drop(pending, "too_large", 413)
+                    return
+            if len(pending.buffer) < pending.needed:
                 return
             if self._queued >= self.limits.max_queued:
-                self._drop(pending, "busy", b"503 Service Unavailable")
+                self._drop(pending, "busy", 503)
                 return
             self._forget(pending, close=False)
             self._queued += 1
@@ -276,22 +305,32 @@ class BoundedHTTPServer:
     def _expire(self) -> None:
         now = time.monotonic()
         with self._lock:
-            expired = [p for p in self._pending.values() if p.deadline <= now]
+            # In arrival order, which is deadline order: the first one not due ends the search.
+            expired = []
+            for pending in self._pending.values():
+                if pending.deadline > now:
+                    break
+                expired.append(pending)
             for pending in expired:
-                self._drop(pending, "read_timeout", b"408 Request Timeout")
+                self._drop(pending, "read_timeout", 408)
 
-    def _drop(self, pending: _Pending, reason: str, reply: bytes | None = None) -> None:
-        """Close a connection whose request will not be served (called with the lock held)."""
-        if reply is not None:
-            try:  # a best-effort status line: the client learns why; never waits on it
-                pending.connection.send(b"HTTP/1.0 " + reply + b"\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
-            except OSError:
-                pass
-        self._forget(pending)
+    def _drop(self, pending: _Pending, reason: str, status: int | None = None) -> None:
+        """Close a connection whose request will not be served (called with the lock held). Counted before the
+        client is answered, so whoever saw the answer sees the count."""
         self.dropped[reason] += 1
         log.debug("http: dropped a connection from %s: %s", pending.address, reason)
         if self._on_drop is not None:
             self._on_drop(reason)
+        if status is not None:
+            retry = self.limits.retry_after_seconds
+            extra = f"Retry-After: {retry}\r\n" if status == 503 and retry is not None else ""
+            reply = (f"HTTP/1.0 {status} {HTTPStatus(status).phrase}\r\n{extra}Content-Length: 0\r\n"
+                     "Connection: close\r\n\r\n")
+            try:  # a best-effort answer: the client learns why; never waits on it
+                pending.connection.send(reply.encode())
+            except OSError:
+                pass
+        self._forget(pending)
 
     def _forget(self, pending: _Pending, close: bool = True) -> None:
         self._pending.pop(pending.connection, None)

@@ -6,6 +6,7 @@ import errno
 import logging
 import os
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from monitor.app import Monitor, build_monitor
@@ -74,7 +75,7 @@ def run_daemon(settings: Settings, once: bool = False, results_command: str = "r
         server = MonitorHTTPServer(settings.metrics.host, settings.metrics.port,
                                    exposition(monitor), monitor.health,
                                    lambda: readiness_problem(monitor),
-                                   on_drop=lambda reason: monitor.metrics.http_connections_dropped.labels(reason).inc())
+                                   on_drop=dropped_counter(monitor, "metrics"))
     except OSError as exc:
         monitor.close()
         raise listen_error(settings.metrics, exc) from None
@@ -104,6 +105,11 @@ def run_daemon(settings: Settings, once: bool = False, results_command: str = "r
         monitor.close()
 
 
+def dropped_counter(monitor: Monitor, server: str) -> Callable[[str], None]:
+    """Counts the connections ``server``'s listener drops (``rubric_monitor_http_connections_dropped_total``)."""
+    return lambda reason: monitor.metrics.http_connections_dropped.labels(server, reason).inc()
+
+
 def start_review(monitor: Monitor) -> ReviewServer | None:
     """The review page on its own listener (``review.enabled``)."""
     if monitor.review is None:
@@ -115,7 +121,7 @@ def start_review(monitor: Monitor) -> ReviewServer | None:
                     Auth(monitor.review_token, review.trusted_proxy_header, review.trusted_proxy_addresses),
                     on_label=monitor.review.refresh)
     try:
-        server = ReviewServer(app)
+        server = ReviewServer(app, on_drop=dropped_counter(monitor, "review"))
     except OSError as exc:
         raise ConfigError("settings", "review.port", f"cannot listen on {review.host}:{review.port}: "
                                                       f"{exc.strerror or exc}") from None

@@ -60,10 +60,10 @@ class MonitorMetrics:
         )
         self.http_connections_dropped = Counter(
             "rubric_monitor_http_connections_dropped",
-            "Connections to the HTTP endpoints closed before a request was served, by reason: read_timeout (the "
-            "request did not arrive in time), too_many_pending (the oldest unfinished one made room), too_large, "
-            "busy (every worker and queue slot taken).",
-            ["reason"],
+            "Connections to the HTTP endpoints closed before a request was served, by server (metrics, receiver, "
+            "review) and reason: read_timeout (the request did not arrive in time), too_many_pending (the oldest "
+            "unfinished one made room), too_large, busy (every worker and queue slot taken).",
+            ["server", "reason"],
             registry=registry,
         )
         self.source_query_latency = Histogram(

@@ -9,8 +9,9 @@
   (``Sec-Fetch-Site: cross-site``), is refused with 403.
 - Every response: a Content-Security-Policy allowing only this origin's script and style (no inline script, no
   inline style, no framing, forms only to this origin), ``nosniff``, no referrer, no caching.
-- Bounded: at most ``review.max_connections`` requests at once (more get 503), a socket timeout of
-  ``review.request_timeout_seconds``, request bodies of at most ``MAX_BODY`` bytes.
+- Bounded (the daemon's ``BoundedHTTPServer``): at most ``review.max_connections`` requests answered at once (more
+  get 503), each arrived whole within ``review.request_timeout_seconds`` (else 408) while holding no thread, request
+  bodies of at most ``MAX_BODY`` bytes.
 """
 
 from __future__ import annotations
@@ -21,16 +22,15 @@ import hmac
 import ipaddress
 import logging
 import secrets
-import socket
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from importlib import resources
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
+from monitor.daemon.http import HEAD_BYTES, BoundedHTTPServer, HTTPLimits
 from monitor.errors import ConfigError
 from monitor.formats.json_text import cycle_collection_paused
 from monitor.models import EvaluationResult
@@ -189,8 +189,8 @@ def review_html(app: ReviewApp, result_id: int, result: EvaluationResult, reason
 
 
 def make_handler(app: ReviewApp) -> type[BaseHTTPRequestHandler]:
-    """The handler class serving ``app`` (a socket timeout of ``review.request_timeout_seconds``)."""
-    return type("Handler", (ReviewHandler,), {"app": app, "timeout": app.settings.request_timeout_seconds})
+    """The handler class serving ``app``."""
+    return type("Handler", (ReviewHandler,), {"app": app})
 
 
 class ReviewHandler(BaseHTTPRequestHandler):
@@ -393,49 +393,26 @@ class ReviewHandler(BaseHTTPRequestHandler):
         self._redirect(pages.link(target, **back, saved="1"))
 
 
-
-class _BoundedServer(ThreadingHTTPServer):
-    daemon_threads = True
-    request_queue_size = 64
-
-    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], limit: int) -> None:
-        self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
-        super().__init__(address, handler)
-        self._slots = threading.BoundedSemaphore(limit)
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        if not self._slots.acquire(blocking=False):
-            try:
-                request.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nRetry-After: 1\r\n"
-                                b"Connection: close\r\n\r\n")
-            except OSError:
-                pass
-            self.shutdown_request(request)
-            return
-        super().process_request(request, client_address)
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        log.debug("review http: a request from %s failed", client_address, exc_info=True)
-
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            self._slots.release()
+def http_limits(settings: ReviewSettings) -> HTTPLimits:
+    """The listener's bounds: ``max_connections`` requests answered at once (one more gets 503), a whole request
+    within ``request_timeout_seconds`` (else 408), a form within ``MAX_BODY`` (a body a little over it reaches
+    the handler, which answers 413 with a page saying so)."""
+    return HTTPLimits(max_request_bytes=MAX_BODY + HEAD_BYTES, header_timeout_seconds=settings.request_timeout_seconds,
+                      write_timeout_seconds=settings.request_timeout_seconds, workers=settings.max_connections,
+                      max_queued=settings.max_connections, retry_after_seconds=1)
 
 
 class ReviewServer:
-    """The review page on a background thread."""
+    """The review page on the daemon's ``BoundedHTTPServer``: a reader thread and ``max_connections`` workers, so a
+    slow or half-sent request holds no worker. ``on_drop`` counts the connections dropped, by reason."""
 
-    def __init__(self, app: ReviewApp) -> None:
-        settings = app.settings
-        self._server = _BoundedServer((settings.host, settings.port), make_handler(app), settings.max_connections)
-        self._thread = threading.Thread(target=self._server.serve_forever, name="review-http", daemon=True)
+    def __init__(self, app: ReviewApp, on_drop: Callable[[str], None] | None = None) -> None:
+        self.http = BoundedHTTPServer(app.settings.host, app.settings.port, make_handler(app),
+                                      http_limits(app.settings), name="review-http", on_drop=on_drop)
 
     @property
     def address(self) -> tuple[str, int]:
-        host, port = self._server.server_address[:2]
-        return str(host), int(port)
+        return self.http.address
 
     @property
     def url(self) -> str:
@@ -443,8 +420,7 @@ class ReviewServer:
         return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
     def start(self) -> None:
-        self._thread.start()
+        self.http.start()
 
     def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        self.http.close()

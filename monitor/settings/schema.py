@@ -222,9 +222,12 @@ class OtlpReceiverSourceSettings(_Section):
     retry_after_seconds: int = Field(default=2, ge=1, le=3600)
     """The ``Retry-After`` of 429 and 503 answers."""
     max_connections: int = Field(default=32, ge=1, le=10_000)
-    """Requests served at once; a connection beyond them is answered 503 at once."""
+    """Requests answered at once (each may wait for its commit), and as many more still arriving; a request beyond
+    the first is answered 503 at once, a connection beyond the second drops the one waiting longest for its
+    request (answered 503). Both with Retry-After. A slow client holds no thread."""
     read_timeout_seconds: float = Field(default=30.0, gt=0, le=3600)
-    """A client that sends nothing for this long (headers or body) is disconnected."""
+    """A request (headers and body) not arrived whole this long after its connection opened is answered 408 and
+    closed."""
     agents: tuple[str, ...] = ()
     """Only traces of these agents (``gen_ai.agent.name`` or ``gen_ai.agent.id``); a trace whose spans in a request
     name only other agents is dropped (counted as filtered). Spans naming no agent are kept. Empty: every agent."""
@@ -698,9 +701,11 @@ class ReviewSettings(_Section):
     max_page_bytes: int = Field(default=2_000_000, ge=10_000, le=100_000_000)
     """A conversation page shows at most this much trace text; longer content is cut and says so."""
     max_connections: int = Field(default=16, ge=1, le=1024)
-    """Requests served at once; more are refused with 503."""
+    """Requests answered at once; more are refused with 503. Requests still arriving hold no thread (up to 512
+    of them; one more drops the one waiting longest)."""
     request_timeout_seconds: float = Field(default=10.0, gt=0, le=600)
-    """A connection idle this long (reading a request) is closed."""
+    """A request not arrived whole this long after its connection opened is answered 408 and closed; an answer
+    the client does not read for this long is abandoned."""
 
 
 class CanarySettings(_Section):

@@ -17,8 +17,11 @@ Group commit. Requests hand their spans to one committer thread, which commits t
 Backpressure. At most ``max_pending_spans`` wait for the committer; past it a request is answered 429 with
 ``Retry-After`` at once. A request whose spans are not committed within ``commit_timeout_seconds`` (the store is
 behind) is answered 503 with ``Retry-After``; if its spans are still waiting they are dropped, and the client's
-retry brings them again. The listener has its own threads (at most ``max_connections`` requests at once, each read
-bounded by ``read_timeout_seconds``): it never holds up ``/metrics`` or the scoring cycle.
+retry brings them again. The listener is the daemon's ``BoundedHTTPServer``, with threads of its own: one reads
+every connection until its request has arrived whole (within ``read_timeout_seconds``, else 408), so a slow client
+holds no thread; at most ``max_connections`` requests are answered at once (one more is answered 503 with
+``Retry-After`` at once), and as many may be arriving (one more drops the one waiting longest, with the same 503).
+It never holds up ``/metrics`` or the scoring cycle.
 
 Exactly once, and replicas. Every replica on one PostgreSQL may run a receiver behind one Service: each commits
 into the shared spans table, and the claims share the scoring (``SqlStore.claim_ready``). ``pull`` reads nothing
@@ -37,13 +40,13 @@ import threading
 import time
 import zlib
 from collections import Counter, deque
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from socket import socket
+from http.server import BaseHTTPRequestHandler
 from typing import TYPE_CHECKING, Any
 
+from monitor.daemon.http import HEAD_BYTES, BoundedHTTPServer, HTTPLimits
 from monitor.errors import ConfigError, StoreError
 from monitor.formats.json_text import MAX_NESTING
 from monitor.formats.otlp import (
@@ -67,7 +70,6 @@ PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
 AGENT_KEYS = ("gen_ai.agent.name", "gen_ai.agent.id", "microsoft.gen_ai.main_agent.name",
               "microsoft.gen_ai.main_agent.id")
-_READ_CHUNK = 64 * 1024
 _SIGNALS = {"/v1/traces": "traces", "/v1/logs": "logs"}
 _ITEMS = {"traces": "spans", "logs": "log records"}
 
@@ -496,47 +498,18 @@ class SpanCommitter:
 # ---- the listener ---------------------------------------------------------------------------------------------
 
 
-class _BoundedServer(ThreadingHTTPServer):
-    """A threading server serving at most ``slots`` connections at once; one past them is answered 503 at once,
-    without a thread. (The lead may move this onto the daemon's bounded server base.)"""
+_DROP_REASONS = {"too_many_pending": "too_many_connections", "busy": "too_many_connections"}
+"""The listener's drop reasons as ``rubric_monitor_receiver_rejections_total`` reasons (others keep their name)."""
 
-    daemon_threads = True
-    request_queue_size = 128
 
-    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], slots: int,
-                 refuse: Callable[[socket], None]) -> None:
-        self._slots = threading.BoundedSemaphore(slots)
-        self._refuse = refuse
-        self._busy_lock = threading.Lock()
-        self.busy = 0
-        """Connections being served now."""
-        super().__init__(address, handler)
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        if not self._slots.acquire(blocking=False):
-            try:
-                self._refuse(request)
-            finally:
-                self.shutdown_request(request)
-            return
-        self._count(1)
-        try:
-            super().process_request(request, client_address)
-        except BaseException:
-            self._count(-1)
-            self._slots.release()
-            raise
-
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            self._count(-1)
-            self._slots.release()
-
-    def _count(self, change: int) -> None:
-        with self._busy_lock:
-            self.busy += change
+def http_limits(settings: OtlpReceiverSourceSettings) -> HTTPLimits:
+    """The listener's bounds: ``max_connections`` requests answered at once (each may wait for its commit) and as
+    many more arriving; a whole request within ``read_timeout_seconds``, its body within ``max_request_bytes`` (a
+    body a little over it reaches the handler, which answers 413 saying so)."""
+    return HTTPLimits(max_pending=settings.max_connections, max_request_bytes=settings.max_request_bytes + HEAD_BYTES,
+                      header_timeout_seconds=settings.read_timeout_seconds,
+                      write_timeout_seconds=settings.read_timeout_seconds, workers=settings.max_connections,
+                      max_queued=settings.max_connections, retry_after_seconds=settings.retry_after_seconds)
 
 
 class OtlpReceiverSource:
@@ -551,10 +524,8 @@ class OtlpReceiverSource:
         self._metrics = metrics
         self._token = read_secret(None, settings.token_file, "source.token_file")
         self._committer: SpanCommitter | None = None
-        self._server: _BoundedServer | None = None
-        self._thread: threading.Thread | None = None
+        self._server: BoundedHTTPServer | None = None
         self._read_through: datetime | None = None
-        self._stopping = False
         for signal in _SIGNALS.values():
             for outcome in ("stored", "duplicate", "rejected", "filtered"):
                 metrics.receiver.items.labels(signal, outcome)
@@ -574,10 +545,8 @@ class OtlpReceiverSource:
         return self._read_through
 
     def close(self) -> None:
-        self._stopping = True
         if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
+            self._server.close()
             self._server = None
         self._metrics.receiver.up.set(0)
         if self._committer is not None:
@@ -594,10 +563,9 @@ class OtlpReceiverSource:
         """Listen; returns the address. ``OSError`` when the port cannot be bound."""
         if self._committer is None:
             raise RuntimeError("attach a store before starting the receiver")
-        self._server = _BoundedServer((self.settings.host, self.settings.port), self._handler_class(),
-                                      self.settings.max_connections, self._refuse)
-        self._thread = threading.Thread(target=self._server.serve_forever, name="otlp-receiver", daemon=True)
-        self._thread.start()
+        self._server = BoundedHTTPServer(self.settings.host, self.settings.port, self._handler_class(),
+                                         http_limits(self.settings), name="otlp-receiver", on_drop=self._dropped)
+        self._server.start()
         self._metrics.receiver.up.set(1)
         return self.address
 
@@ -605,33 +573,28 @@ class OtlpReceiverSource:
     def address(self) -> tuple[str, int]:
         if self._server is None:
             return self.settings.host, self.settings.port
-        host, port = self._server.server_address[:2]
-        return str(host), int(port)
+        return self._server.address
 
     def problem(self) -> str | None:
         """Why the receiver cannot take traces now (``/readyz``)."""
-        if self._server is None or self._thread is None or not self._thread.is_alive():
+        if self._server is None or not self._server.running:
             return "the OTLP/HTTP listener is not running"
         return None
 
     # -- requests
 
-    def _refuse(self, connection: socket) -> None:
-        self._metrics.receiver.rejections.labels("too_many_connections").inc()
-        self._metrics.receiver.backpressure.labels("503").inc()
-        retry = self.settings.retry_after_seconds
-        try:
-            connection.sendall(f"HTTP/1.1 503 Service Unavailable\r\nRetry-After: {retry}\r\nContent-Length: 0\r\n"
-                               "Connection: close\r\n\r\n".encode())
-        except OSError:
-            pass
+    def _dropped(self, reason: str) -> None:
+        """A connection the listener closed before its request reached a handler: counted as a refused request (a
+        503 was answered with ``Retry-After``, a 408 or a 413)."""
+        self._metrics.http_connections_dropped.labels("receiver", reason).inc()
+        self._metrics.receiver.rejections.labels(_DROP_REASONS.get(reason, reason)).inc()
+        if reason in ("busy", "too_many_pending"):
+            self._metrics.receiver.backpressure.labels("503").inc()
 
     def _handler_class(self) -> type[BaseHTTPRequestHandler]:
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-            timeout = receiver.settings.read_timeout_seconds
             server_version = "rubric-monitor"
             sys_version = ""
 
@@ -648,8 +611,7 @@ class OtlpReceiverSource:
                 self._refuse_method()
 
             def _refuse_method(self) -> None:
-                receiver._answer(self, "traces", JSON, 405, "method_not_allowed", "only POST is served",
-                                 close=True)
+                receiver._answer(self, "traces", JSON, 405, "method_not_allowed", "only POST is served")
 
         return Handler
 
@@ -669,9 +631,7 @@ class OtlpReceiverSource:
             body = self._read_body(handler, signal)
             received = self._decode(handler, body, content_type, signal)
         except RequestError as exc:
-            # Refused before the body was read whole (or at all): the connection cannot be reused.
-            self._answer(handler, signal or "traces", answer_type, exc.status, exc.reason, str(exc),
-                         close=exc.status in (401, 404, 411, 413, 415) or exc.reason == "read_timeout")
+            self._answer(handler, signal or "traces", answer_type, exc.status, exc.reason, str(exc))
             return
         self._store(handler, signal, content_type, received)
 
@@ -696,22 +656,10 @@ class OtlpReceiverSource:
             raise RequestError(411, "bad_length", "the request has no valid Content-Length")
         if length > limit:
             raise RequestError(413, "too_large", f"the body has {length} bytes; at most {limit} are taken")
-        # A client dribbling its body resets the socket timeout with every byte: the whole body has a deadline too.
-        deadline = time.monotonic() + self.settings.read_timeout_seconds
-        chunks: list[bytes] = []
-        left = length
-        try:
-            while left:
-                chunk = handler.rfile.read(min(left, _READ_CHUNK))
-                if not chunk:
-                    raise RequestError(400, "bad_length", "the body ended before its Content-Length")
-                chunks.append(chunk)
-                left -= len(chunk)
-                if left and time.monotonic() > deadline:
-                    raise RequestError(408, "read_timeout", "the body took too long to arrive")
-        except TimeoutError:
-            raise RequestError(408, "read_timeout", "the body took too long to arrive") from None
-        body = b"".join(chunks)
+        # The listener read the whole request before this handler runs (within read_timeout_seconds).
+        body = handler.rfile.read(length)
+        if len(body) < length:
+            raise RequestError(400, "bad_length", "the body ended before its Content-Length")
         self._metrics.receiver.bytes.labels(signal).inc(len(body))
         return body
 
@@ -763,7 +711,7 @@ class OtlpReceiverSource:
         self._send(handler, signal, 200, content_type, success_body(signal, content_type, rejected, message))
 
     def _answer(self, handler: BaseHTTPRequestHandler, signal: str, content_type: str, status: int, reason: str,
-                message: str, close: bool = False) -> None:
+                message: str) -> None:
         self._metrics.receiver.rejections.labels(reason).inc()
         headers: dict[str, str] = {}
         if status in (429, 503):
@@ -773,11 +721,10 @@ class OtlpReceiverSource:
             headers["WWW-Authenticate"] = 'Bearer realm="otlp"'
         # Counted, not logged at INFO: under overload every second would bring hundreds of these lines.
         log.debug("otlp receiver: %d %s: %s", status, reason, message)
-        self._send(handler, signal, status, content_type, status_body(content_type, status, message), headers,
-                   close)
+        self._send(handler, signal, status, content_type, status_body(content_type, status, message), headers)
 
     def _send(self, handler: BaseHTTPRequestHandler, signal: str, status: int, content_type: str, body: bytes,
-              headers: Mapping[str, str] | None = None, close: bool = False) -> None:
+              headers: Mapping[str, str] | None = None) -> None:
         self._metrics.receiver.requests.labels(signal, str(status)).inc()
         try:
             handler.send_response(status)
@@ -785,11 +732,8 @@ class OtlpReceiverSource:
             handler.send_header("Content-Length", str(len(body)))
             for key, value in (headers or {}).items():
                 handler.send_header(key, value)
-            if close or self._stopping:
-                handler.send_header("Connection", "close")
-                handler.close_connection = True
             handler.end_headers()
             handler.wfile.write(body)
-        except OSError:
-            handler.close_connection = True  # the client left; it sends again if it did not get the answer
+        except OSError:  # the client left; it sends again if it did not get the answer
+            log.debug("otlp receiver: the client left before its %d answer", status)
 
