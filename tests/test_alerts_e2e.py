@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from monitor.alerts.events import ALERT_NAME, ANNOTATION_NAME
 from tests.conftest import REPO, require_binary
 from tests.fakes.openai_server import Recorded, Reply, ScriptedOpenAIServer
 from tests.fakes.receiver import Receiver
@@ -72,36 +73,47 @@ def _ok(url: str) -> bool:
         return False
 
 
+def start_alertmanager(binary: str, route: dict[str, Any], receivers: list[dict[str, Any]], tmp_path: Path,
+                       port: int) -> Binary:
+    """A real Alertmanager on 127.0.0.1:``port`` with this route and these receivers, ready."""
+    (tmp_path / "am").mkdir()
+    config = tmp_path / "am" / "alertmanager.yml"
+    config.write_text(json.dumps({"route": route, "receivers": receivers}))
+    return Binary([binary, f"--config.file={config}", f"--storage.path={tmp_path / 'am'}",
+                   f"--web.listen-address=127.0.0.1:{port}", "--cluster.listen-address="],
+                  tmp_path / "alertmanager.log", f"http://127.0.0.1:{port}/-/ready")
+
+
+def start_prometheus(binary: str, rules: Path, tmp_path: Path, port: int, alertmanager_port: int,
+                     daemon_port: int) -> Binary:
+    """A real Prometheus on 127.0.0.1:``port`` scraping the daemon and evaluating ``rules`` every second, its
+    alerts sent to the Alertmanager, ready."""
+    config = tmp_path / "prometheus.yml"
+    config.write_text(json.dumps({
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "rule_files": [str(rules)],
+        "alerting": {"alertmanagers": [{"static_configs": [{"targets": [f"127.0.0.1:{alertmanager_port}"]}]}]},
+        "scrape_configs": [{"job_name": "rubric-monitor",
+                            "static_configs": [{"targets": [f"127.0.0.1:{daemon_port}"]}]}],
+    }))
+    return Binary([binary, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'prometheus'}",
+                   f"--web.listen-address=127.0.0.1:{port}"], tmp_path / "prometheus.log",
+                  f"http://127.0.0.1:{port}/-/ready")
+
+
 @pytest.fixture
 def stack(tmp_path: Path) -> Iterator[dict[str, Any]]:
     alertmanager_bin = require_binary("prometheus-alertmanager")
     prometheus_bin = require_binary("prometheus")
     daemon_port, am_port, prom_port = free_port(), free_port(), free_port()
     with Receiver() as receiver, ScriptedOpenAIServer(judge) as judge_server:
-        (tmp_path / "am").mkdir()
-        am_config = tmp_path / "am" / "alertmanager.yml"
-        am_config.write_text(json.dumps({
-            "route": {"receiver": "hook", "group_by": ["alertname", "rubric", "agent", "kind", "dimension"],
-                      "group_wait": "1s", "group_interval": "1s", "repeat_interval": "1h"},
-            "receivers": [{"name": "hook", "webhook_configs": [
-                {"url": receiver.url + "/am-hook", "send_resolved": True}]}],
-        }))
-        alertmanager = Binary([alertmanager_bin, f"--config.file={am_config}",
-                               f"--storage.path={tmp_path / 'am'}", f"--web.listen-address=127.0.0.1:{am_port}",
-                               "--cluster.listen-address="], tmp_path / "alertmanager.log",
-                              f"http://127.0.0.1:{am_port}/-/ready")
-        prometheus_config = tmp_path / "prometheus.yml"
-        prometheus_config.write_text(json.dumps({
-            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-            "rule_files": [str(RULES)],
-            "alerting": {"alertmanagers": [{"static_configs": [{"targets": [f"127.0.0.1:{am_port}"]}]}]},
-            "scrape_configs": [{"job_name": "rubric-monitor",
-                                "static_configs": [{"targets": [f"127.0.0.1:{daemon_port}"]}]}],
-        }))
-        prometheus = Binary([prometheus_bin, f"--config.file={prometheus_config}",
-                             f"--storage.tsdb.path={tmp_path / 'prometheus'}",
-                             f"--web.listen-address=127.0.0.1:{prom_port}"], tmp_path / "prometheus.log",
-                            f"http://127.0.0.1:{prom_port}/-/ready")
+        alertmanager = start_alertmanager(
+            alertmanager_bin,
+            {"receiver": "hook", "group_by": ["alertname", "rubric", "agent", "kind", "dimension"],
+             "group_wait": "1s", "group_interval": "1s", "repeat_interval": "1h"},
+            [{"name": "hook", "webhook_configs": [{"url": receiver.url + "/am-hook", "send_resolved": True}]}],
+            tmp_path, am_port)
+        prometheus = start_prometheus(prometheus_bin, RULES, tmp_path, prom_port, am_port, daemon_port)
         try:
             yield {"receiver": receiver, "judge": judge_server, "daemon_port": daemon_port,
                    "am": f"http://127.0.0.1:{am_port}", "prometheus": f"http://127.0.0.1:{prom_port}"}
@@ -154,7 +166,9 @@ def prometheus_alerts(url: str) -> list[dict[str, Any]]:
 
 
 def events(receiver: Receiver, kind: str) -> list[dict[str, Any]]:
-    return [r.json for r in receiver.on("/events") if r.json["kind"] == kind]
+    """The regression detector's events of this kind the daemon sent (the sample rubric's SLO has its own)."""
+    return [r.json for r in receiver.on("/events") if r.json["kind"] == kind
+            and r.json["labels"].get("alertname") in (ALERT_NAME, ANNOTATION_NAME)]
 
 
 def test_a_quality_drop_alerts_through_alertmanager_and_prometheus_and_recovers(

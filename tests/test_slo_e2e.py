@@ -24,7 +24,7 @@ from tests.conftest import require_binary
 from tests.fakes.openai_server import ScriptedOpenAIServer
 from tests.fakes.receiver import Receiver
 from tests.helpers import run_cli, write_config
-from tests.test_alerts_e2e import Binary, judge, write_stream
+from tests.test_alerts_e2e import judge, start_alertmanager, start_prometheus, write_stream
 from tests.test_daemon import Daemon, daemon_config, free_port, get, wait_for
 
 pytestmark = pytest.mark.slow
@@ -99,32 +99,15 @@ def stack(tmp_path: Path) -> Iterator[dict[str, Any]]:
         made = run_cli(["slo", "rules", "--config", str(config), "--slo", SLO, "--interval", "1s",
                         "--output", str(rules)], tmp_path)
         assert made.returncode == 0, made.stderr
-        (tmp_path / "am").mkdir()
-        am_config = tmp_path / "am" / "alertmanager.yml"
-        am_config.write_text(json.dumps({
-            "route": {"receiver": "tickets", "group_by": ["alertname", "slo", "alerting"],
-                      "group_wait": "1s", "group_interval": "1s", "repeat_interval": "1h",
-                      "routes": [{"receiver": "pager", "matchers": ['alerting="page"']}]},
-            "receivers": [
-                {"name": "pager", "webhook_configs": [{"url": receiver.url + "/page", "send_resolved": True}]},
-                {"name": "tickets", "webhook_configs": [{"url": receiver.url + "/ticket", "send_resolved": True}]}],
-        }))
-        alertmanager = Binary([alertmanager_bin, f"--config.file={am_config}",
-                               f"--storage.path={tmp_path / 'am'}", f"--web.listen-address=127.0.0.1:{am_port}",
-                               "--cluster.listen-address="], tmp_path / "alertmanager.log",
-                              f"http://127.0.0.1:{am_port}/-/ready")
-        prometheus_config = tmp_path / "prometheus.yml"
-        prometheus_config.write_text(json.dumps({
-            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-            "rule_files": [str(rules)],
-            "alerting": {"alertmanagers": [{"static_configs": [{"targets": [f"127.0.0.1:{am_port}"]}]}]},
-            "scrape_configs": [{"job_name": "rubric-monitor",
-                                "static_configs": [{"targets": [f"127.0.0.1:{daemon_port}"]}]}],
-        }))
-        prometheus = Binary([prometheus_bin, f"--config.file={prometheus_config}",
-                             f"--storage.tsdb.path={tmp_path / 'prometheus'}",
-                             f"--web.listen-address=127.0.0.1:{prom_port}"], tmp_path / "prometheus.log",
-                            f"http://127.0.0.1:{prom_port}/-/ready")
+        alertmanager = start_alertmanager(
+            alertmanager_bin,
+            {"receiver": "tickets", "group_by": ["alertname", "slo", "alerting"],
+             "group_wait": "1s", "group_interval": "1s", "repeat_interval": "1h",
+             "routes": [{"receiver": "pager", "matchers": ['alerting="page"']}]},
+            [{"name": "pager", "webhook_configs": [{"url": receiver.url + "/page", "send_resolved": True}]},
+             {"name": "tickets", "webhook_configs": [{"url": receiver.url + "/ticket", "send_resolved": True}]}],
+            tmp_path, am_port)
+        prometheus = start_prometheus(prometheus_bin, rules, tmp_path, prom_port, am_port, daemon_port)
         daemon = Daemon(config, tmp_path, daemon_port)
         try:
             yield {"receiver": receiver, "daemon": daemon, "prometheus": f"http://127.0.0.1:{prom_port}",
