@@ -137,6 +137,21 @@ def test_server_errors_leave_evaluations_pending_then_unscored(setup: Setup) -> 
     monitor.close()
 
 
+def test_without_content_storage_a_server_error_echoing_the_prompt_is_stored_by_its_kind_only(
+        setup: Setup) -> None:
+    """An endpoint's error message may quote the request (some proxies echo it): with ``store.store_content: false``
+    the failure log and the unscored result keep only the kind of failure."""
+    setup.handler[0] = lambda r: error(500, "upstream failed for: " + r.prompt_text[-400:], "server_error")
+    monitor = setup.monitor(store={"store_content": False})
+    for _ in range(3):
+        monitor.run_cycle()
+    results = monitor.store.results()
+    assert len(results) == 3 and {r.outcome for r in results} == {"unscored"}
+    stored = json.dumps([r.model_dump(mode="json") for r in results])
+    assert "upstream failed" not in stored and "judge_error: server_error" in stored
+    monitor.close()
+
+
 def test_a_refused_credential_pauses_judging_and_degrades_health_until_it_works(setup: Setup) -> None:
     setup.handler[0] = lambda r: error(401, "Incorrect API key provided", "invalid_api_key")
     monitor = setup.monitor(judge={"auth_reprobe_seconds": 1.0, "concurrency": 1})

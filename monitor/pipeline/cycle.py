@@ -535,7 +535,7 @@ class Pipeline:
             # 5xx or timeouts past the transport's retries: possibly this conversation's fault (too long for the
             # endpoint), so after MAX_JUDGE_ATTEMPTS cycles it is recorded unscored rather than retried forever.
             given_up = self._give_up_after_attempts(task, report, "judge_unavailable", "judge", exc,
-                                                    f"judge_error: {type(exc).outcome}: {exc}")
+                                                    self._failure(f"judge_error: {type(exc).outcome}", exc))
             if given_up is None:
                 return False
             results = given_up
@@ -550,13 +550,18 @@ class Pipeline:
             # retried forever.
             log.exception("evaluating conversation %r with rubric %r failed", conversation.id, rubric.name)
             given_up = self._give_up_after_attempts(task, report, "evaluator_error", "evaluate", exc,
-                                                    f"evaluator_error: {type(exc).__name__}: {exc}")
+                                                    self._failure(f"evaluator_error: {type(exc).__name__}", exc))
             if given_up is None:
                 return False
             results = given_up
         for result in results:
             self._record(result.model_copy(update={"revision": task.pending.revision}), report, now)
         return True
+
+    def _failure(self, head: str, exc: Exception) -> str:
+        """Why an attempt failed, as stored (the failure log, the unscored result): with ``store.store_content``
+        off only its kind, since an endpoint's error message may echo the prompt, conversation text included."""
+        return f"{head}: {exc}" if self.context.store_content else head
 
     def _give_up_after_attempts(
         self, task: _Task, report: CycleReport, reason: str, stage: str, exc: Exception, problem: str
