@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from monitor.cli.calibrate import stored_labels
-from monitor.cli.main import run as run_cli
+from monitor.cli.commands import run as run_cli
 from monitor.review.store import ReviewStore
 from monitor.settings import load_settings
 from monitor.store.sql import SqlStore

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from monitor.cli.main import run as run_cli
+from monitor.cli.commands import run as run_cli
 from monitor.evaluators.versions import builtin_version
 from monitor.review.store import ReviewStore, StoredLabel
 from monitor.rubrics.loader import load_rubric_file

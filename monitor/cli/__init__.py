@@ -13,7 +13,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from monitor.daemon import shutdown
 
     shutdown.install()
-    from monitor.cli.main import run
+    from monitor.cli.commands import run
 
     return run(argv)
 

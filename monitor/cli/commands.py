@@ -34,7 +34,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def run(argv: Sequence[str] | None = None) -> int:
-    """Parse ``argv`` and run the command (``monitor.cli.main`` installed the signal handlers first)."""
+    """Parse ``argv`` and run the command (``monitor.cli.main`` installed the signal handlers first). This module is
+    not named ``main``: importing ``monitor.cli.main`` would then replace that function with the module."""
     args = build_parser().parse_args(argv)
     if args.handler is not daemon.cmd_run:
         from monitor.daemon import shutdown
