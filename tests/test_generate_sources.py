@@ -128,6 +128,7 @@ def test_cli_from_app_insights_puts_the_sample_beside_the_instructions(tmp_path:
     with FakeLogAnalytics() as fake, ScriptedOpenAIServer(lambda _: PROPOSAL) as server:
         load(fake, spans)
         source = settings_for(fake, ingestion_delay_seconds=0.0).model_dump(mode="json", exclude_none=True)
+        del source["agents"]  # as a user writes it: an empty list would select nothing, and is refused
         config = cli_config(tmp_path, server, source=source)
         code = main(["rubrics", "generate", "--config", str(config), "--name", "airline", "--instructions",
                      "You are an airline agent.", "--from-app-insights", "--agent", "airline",

@@ -26,7 +26,8 @@ EMPTY_MEANS_SOMETHING = {"alerts.silences.comment", "metrics.host"}
 
 
 def base_config(tmp_path: Path, source: str) -> dict[str, Any]:
-    """A valid configuration that sets every section (one notifier, one silence), for ``source``."""
+    """A valid configuration that sets every section (one notifier, one silence, one redaction pattern, one SLO with
+    both alerting tiers), for ``source``."""
     token = tmp_path / "token"
     token.write_text("a-token\n")
     sources = {
@@ -39,6 +40,11 @@ def base_config(tmp_path: Path, source: str) -> dict[str, Any]:
         "judge": {"kind": "openai", "api_key": "k", "base_url": "http://127.0.0.1:1/v1"},
         "alerts": {"notifiers": [{"name": "hook", "kind": "webhook", "url": "http://127.0.0.1:1/hook"}],
                    "silences": [{"matchers": {"rubric": "x"}, "comment": "c"}]},
+        "redaction": {"custom_patterns": [{"label": "ORDER", "pattern": "ORD-[0-9]+"}]},
+        "slos": [{"name": "policy", "rubric": "policy", "objective": 0.95, "description": "d", "dimension": "accuracy",
+                  "min_score": 4,
+                  "alerting": {"page": {"windows": [{"burn_rate": 14.4, "long": "1h", "short": "5m"}]},
+                               "ticket": {"windows": [{"burn_rate": 3, "long": "1d", "short": "2h"}]}}}],
     }
 
 
@@ -117,12 +123,28 @@ def refused(tmp_path: Path, config: dict[str, Any], environ: dict[str, str]) -> 
 
 @pytest.mark.parametrize(("name", "value"), CASES, ids=[f"{n}={v!r}" for n, v in CASES])
 def test_a_bad_value_in_the_file_is_refused_naming_the_setting(tmp_path: Path, name: str, value: Any) -> None:
-    config = put(base_config(tmp_path, section_of(name)), name, value)
-    message = refused(tmp_path, config, {})
-    assert name.replace("notifiers.", "notifiers.0.").replace("silences.", "silences.0.") in message, message
+    base = base_config(tmp_path, section_of(name))
+    message = refused(tmp_path, put(base, name, value), {})
+    assert as_named(base, name) in message, message
 
 
-ENV_CASES = [(n, v) for n, v in CASES if "notifiers." not in n and "silences." not in n and v not in ("", [])
+def as_named(config: dict[str, Any], name: str) -> str:
+    """The setting as an error names it: the first item of each list of sections by its index
+    (``slos.0.alerting.page.windows.0.burn_rate``)."""
+    shown: list[str] = []
+    node: Any = config
+    for part in name.split("."):
+        shown.append(part)
+        node = node.get(part, {}) if isinstance(node, dict) else {}
+        if isinstance(node, list) and node and isinstance(node[0], dict):
+            shown.append("0")
+            node = node[0]
+    return ".".join(shown)
+
+
+IN_LISTS = ("notifiers.", "silences.", "custom_patterns.", "slos.")
+"""Settings held in lists of sections: the file sets them, not the environment."""
+ENV_CASES = [(n, v) for n, v in CASES if not any(part in n for part in IN_LISTS) and v not in ("", [])
              and not (v is False and n.endswith("_file"))]
 
 
@@ -148,6 +170,6 @@ NUMBERS = [name for name, annotation in leaves(Settings) if kinds(annotation) & 
 @given(st.sampled_from(NUMBERS), st.one_of(st.booleans(), st.integers(min_value=10**12),
                                            st.floats(min_value=1e12, allow_infinity=False)))
 def test_any_bool_or_absurd_number_is_refused(tmp_path: Path, name: str, value: Any) -> None:
-    config = put(base_config(tmp_path, section_of(name)), name, value)
-    message = refused(tmp_path, config, {})
-    assert name.replace("notifiers.", "notifiers.0.") in message, message
+    base = base_config(tmp_path, section_of(name))
+    message = refused(tmp_path, put(base, name, value), {})
+    assert as_named(base, name) in message, message

@@ -13,15 +13,12 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from types import UnionType
-from typing import Annotated, Any, ClassVar, Literal, Union, get_args, get_origin
+from typing import Annotated, ClassVar, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import (
     AfterValidator,
     AwareDatetime,
-    BaseModel,
-    ConfigDict,
     Field,
     SecretStr,
     field_validator,
@@ -29,6 +26,7 @@ from pydantic import (
 )
 
 from monitor.errors import ConfigError
+from monitor.formats.meaningful import MeaningfulModel as _Section
 from monitor.redaction import remember_secret, remember_url_password
 from monitor.slo.spec import SloSettings
 
@@ -40,54 +38,6 @@ CREDENTIAL_HEADER = re.compile(r"auth|key|token|secret|cookie|signature|password
 
 MAX_SECONDS = 366 * 86400.0
 """Longest duration any setting accepts (a year): past it a number is a typo, and ``timedelta`` overflows."""
-
-
-def _members(annotation: Any) -> tuple[Any, ...]:
-    if get_origin(annotation) in (Union, UnionType):
-        return tuple(m for a in get_args(annotation) for m in _members(a))
-    if get_origin(annotation) is Annotated:
-        return _members(get_args(annotation)[0])
-    return (annotation,)
-
-
-def _meaningless(value: Any, members: tuple[Any, ...], empty_allowed: bool) -> str | None:
-    if isinstance(value, bool) and (int in members or float in members) and bool not in members:
-        return f"a number is expected, not a boolean ({str(value).lower()})"
-    textual = any(m in (str, Path, SecretStr) for m in members)
-    if textual and not empty_allowed and isinstance(value, str | SecretStr):
-        text = value.get_secret_value() if isinstance(value, SecretStr) else value
-        if not text.strip():
-            return "is empty; leave the setting out instead"
-    names = any(get_origin(m) is tuple and get_args(m)[:1] == (str,) for m in members)
-    if names and isinstance(value, list | tuple) and any(isinstance(v, str) and not v.strip() for v in value):
-        return "holds an empty name"
-    return None
-
-
-class _Section(BaseModel):
-    # inf and nan are refused everywhere: a nan timeout or interval compares false with everything.
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True, allow_inf_nan=False)
-
-    _EMPTY_ALLOWED: ClassVar[frozenset[str]] = frozenset()
-    """String settings of this section whose empty value means something (every other one refuses ``""``)."""
-
-    @model_validator(mode="before")
-    @classmethod
-    def _meaningful(cls, data: Any) -> Any:
-        """Refuse what pydantic's lax mode would accept but means nothing: a boolean where a number goes
-        (``interval_seconds: true`` would be one second), an empty string for a name, key, URL or path (an empty
-        path is the working directory), an empty string in a list of names. The message names the field first,
-        which is how the error names the setting."""
-        if not isinstance(data, dict):
-            return data
-        for name, value in data.items():
-            info = cls.model_fields.get(name) if isinstance(name, str) else None
-            if info is None:
-                continue
-            problem = _meaningless(value, _members(info.annotation), name in cls._EMPTY_ALLOWED)
-            if problem:
-                raise ValueError(f"{name}: {problem}")
-        return data
 
 
 def read_secret(value: SecretStr | None, file: Path | None, field: str) -> str | None:

@@ -11,9 +11,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from monitor.errors import ConfigError
+from monitor.formats.meaningful import MeaningfulModel
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 _DURATION = re.compile(r"^([1-9][0-9]{0,5})([smhdw])$")
@@ -39,8 +40,8 @@ def _duration(value: str) -> str:
     return value.strip()
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True, allow_inf_nan=False)
+class _Model(MeaningfulModel):
+    """As settings sections: booleans for numbers and empty names are refused, naming the field."""
 
 
 class BurnWindow(_Model):
