@@ -110,7 +110,8 @@ def test_the_daemon_computes_the_budget_and_notifies_through_the_alerts_outbox(t
 
     with Receiver() as receiver:
         settings = Settings.model_validate({
-            "store": {"url": f"sqlite:///{tmp_path / 'r.db'}"}, "slos": [definition().model_dump(exclude_defaults=True)],
+            "store": {"url": f"sqlite:///{tmp_path / 'r.db'}"},
+            "slos": [definition().model_dump(exclude_defaults=True)],
             "alerts": {"notifiers": [{"name": "hook", "kind": "webhook", "url": receiver.url + "/events"}],
                        "example_link_template": "https://grafana.example/explore?traceId={trace_id}"}})
         store = SqlStore(settings.store.url if isinstance(settings.store.url, str) else str(settings.store.url))
