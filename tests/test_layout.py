@@ -37,8 +37,9 @@ def imports_of(path: Path, name: str, modules: set[str]) -> set[str]:
                 anchor = name.split(".")
                 anchor = anchor[:len(anchor) - node.level + (1 if is_package else 0)]
                 base = ".".join([*anchor, base] if base else anchor)
-            # ``from a import b`` imports the module ``a.b`` when there is one, else a name of ``a``.
-            targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base for alias in node.names]
+            # ``from a import b`` imports the module ``a.b`` when there is one, else a name of ``a``; either way it
+            # runs ``a``'s ``__init__`` first, which counts as an import of ``a``.
+            targets = [base, *(f"{base}.{alias.name}" for alias in node.names if f"{base}.{alias.name}" in modules)]
         else:
             continue
         found.update(t for t in targets if t in modules and t != name)

@@ -12,8 +12,20 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from monitor.cli import alerts, backfill, calibrate, daemon, db, evaluate, labels, results, rubrics, shadow, slo
-from monitor.cli import redact as redact_command
+# Each command module by its full name: ``from monitor.cli import ...`` would import the package, whose ``main``
+# imports this module.
+import monitor.cli.alerts as alerts
+import monitor.cli.backfill as backfill
+import monitor.cli.calibrate as calibrate
+import monitor.cli.daemon as daemon
+import monitor.cli.db as db
+import monitor.cli.evaluate as evaluate
+import monitor.cli.labels as labels
+import monitor.cli.redact as redact_command
+import monitor.cli.results as results
+import monitor.cli.rubrics as rubrics
+import monitor.cli.shadow as shadow
+import monitor.cli.slo as slo
 from monitor.cli.common import EXIT_CODES, version
 from monitor.errors import ConfigError
 from monitor.redaction import redact

@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 from sqlalchemy import Connection, and_, delete, exists, insert, select, update
 
-from monitor.store import tables
+import monitor.store.tables as tables
 from monitor.store.base import RetentionPolicy
 from monitor.store.tables import (
     compacted_dimensions_table,

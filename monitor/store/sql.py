@@ -42,10 +42,10 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, IntegrityError, SQLAlchemyError
 from sqlalchemy.pool import StaticPool
 
+import monitor.store.retention as retention
 from monitor.assemble import TraceTranscript, conversation_key, trace_transcript
 from monitor.errors import StoreError
 from monitor.models import EvaluationResult, SpanRecord, utc_now
-from monitor.store import retention
 from monitor.store.base import (
     BUCKET_SECONDS,
     Backlog,

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from monitor.formats.conventions import azure_sdk
+import monitor.formats.conventions.azure_sdk as azure_sdk
 from monitor.formats.genai import TimedMessage, content_parts, tool_call_parts
 from monitor.formats.json_text import decode_json_text
 from monitor.models import Message, Part, SpanEvent

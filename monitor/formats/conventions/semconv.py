@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
-from monitor.formats.conventions import legacy_events
+import monitor.formats.conventions.legacy_events as legacy_events
 from monitor.formats.genai import (
     CONTENT_ATTRIBUTES,
     INPUT_MESSAGES,
