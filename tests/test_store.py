@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, date, datetime, timedelta
@@ -77,6 +78,82 @@ def test_a_trace_moves_to_its_conversation_id_when_a_span_names_it(store: SqlSto
     ready = store.ready_conversations(T0 + timedelta(hours=1), T0)
     assert [p.key for p in ready] == ["conv-9"]
     assert sorted(s.span_id for s in store.spans_of("conv-9")) == ["a", "b", "c"]
+
+
+def _text(role: str, text: str) -> dict[str, object]:
+    return {"role": role, "parts": [{"type": "text", "content": text}]}
+
+
+def chat(span_id: str, trace: str, at: float, history: list[dict[str, object]], reply: str,
+         conversation: str | None = None) -> SpanRecord:
+    """A model call of a session whose spans name no conversation (several producers' default): its input is
+    the history so far."""
+    attributes: dict[str, object] = {"gen_ai.operation.name": "chat", "gen_ai.input.messages": json.dumps(history),
+                                     "gen_ai.output.messages": json.dumps([_text("assistant", reply)])}
+    if conversation:
+        attributes["gen_ai.conversation.id"] = conversation
+    return SpanRecord(trace_id=trace, span_id=span_id, start_time=T0 + timedelta(seconds=at), attributes=attributes)
+
+
+def session(prefix: str, turns: int, first: str = "Book a table", conversation: str | None = None) -> list[SpanRecord]:
+    """One trace per turn, each turn's input the whole history: the later traces extend the earlier ones."""
+    history: list[dict[str, object]] = []
+    spans = []
+    for turn in range(turns):
+        history.append(_text("user", f"{first} ({turn})"))
+        reply = f"{prefix} reply {turn}"
+        spans.append(chat(f"{prefix}{turn}", f"{prefix}-trace-{turn}", turn * 10, list(history), reply,
+                          conversation if turn == 0 else None))
+        history.append(_text("assistant", reply))
+    return spans
+
+
+def ready_keys(store: SqlStore) -> dict[str, list[str]]:
+    far = T0 + timedelta(days=1)
+    return {p.key: sorted(s.trace_id for s in store.spans_of(p.key)) for p in store.ready_conversations(far, far)}
+
+
+@pytest.mark.parametrize("batches", ["one batch", "a batch a trace", "newest first"])
+def test_traces_of_a_session_without_an_id_join_one_conversation(store: SqlStore, batches: str) -> None:
+    spans = session("a", 3) + session("b", 2, first="Cancel my booking")
+    if batches == "one batch":
+        store.add_spans("src", spans, "1", "ignore")
+    else:
+        for number, one in enumerate(reversed(spans) if batches == "newest first" else spans):
+            store.add_spans("src", [one], str(number), "ignore")
+    conversations = sorted(ready_keys(store).values())
+    if batches == "newest first":
+        # A trace joins only a transcript stored before it: turns stored newest first stay apart (a known limit;
+        # exporters send a session's traces in the order they end).
+        assert len(conversations) == 5
+        return
+    assert conversations == [["a-trace-0", "a-trace-1", "a-trace-2"], ["b-trace-0", "b-trace-1"]]
+
+
+def test_a_trace_without_an_id_joins_the_conversation_a_named_trace_began(store: SqlStore) -> None:
+    store.add_spans("src", session("a", 3, conversation="conv-7"), "1", "ignore")
+    assert ready_keys(store) == {"conv-7": ["a-trace-0", "a-trace-1", "a-trace-2"]}
+
+
+def test_a_trace_whose_content_arrives_late_joins_its_session(store: SqlStore) -> None:
+    first, second = session("a", 2)
+    # The second turn's trace is stored first without content (its agent span), then its model call.
+    store.add_spans("src", [first], "1", "ignore")
+    store.add_spans("src", [SpanRecord(trace_id=second.trace_id, span_id="root", start_time=second.start_time)],
+                    "2", "ignore")
+    assert sorted(ready_keys(store)) == ["a-trace-0", "a-trace-1"]
+    store.add_spans("src", [second], "3", "ignore")
+    assert ready_keys(store) == {"a-trace-0": ["a-trace-0", "a-trace-1", "a-trace-1"]}
+
+
+def test_a_trace_extending_two_stored_transcripts_joins_the_first_key_in_order(store: SqlStore) -> None:
+    # Two sessions began alike (the same first turn); a later turn extends both: every replica picks the same one.
+    store.add_spans("src", [chat("x", "trace-x", 0, [_text("user", "Hi")], "Hello", conversation="conv-b"),
+                            chat("y", "trace-y", 1, [_text("user", "Hi")], "Hello", conversation="conv-a")],
+                    "1", "ignore")
+    later = chat("z", "trace-z", 5, [_text("user", "Hi"), _text("assistant", "Hello"), _text("user", "More")], "Ok")
+    store.add_spans("src", [later], "2", "ignore")
+    assert ready_keys(store) == {"conv-a": ["trace-y", "trace-z"], "conv-b": ["trace-x"]}
 
 
 def test_ready_means_idle_or_old(store: SqlStore) -> None:

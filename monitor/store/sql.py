@@ -12,7 +12,7 @@ import os
 import threading
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, date, datetime
 from pathlib import Path
@@ -105,6 +105,17 @@ def _clean_ids(span: SpanRecord) -> SpanRecord:
     if "\x00" not in span.trace_id + span.span_id:
         return span
     return span.model_copy(update={"trace_id": _text(span.trace_id), "span_id": _text(span.span_id)})
+
+
+def _joined(tails: Mapping[str, list[tuple[str, str]]], trace_id: str, transcript: TraceTranscript) -> str | None:
+    """The conversation whose complete transcript ``transcript``'s first model input extends (another trace's,
+    among ``tails``: tail hash → [(conversation key, trace id)]): the longest match, and of equal ones the first
+    key in order, so every replica joins a trace to the same conversation."""
+    for head in reversed(transcript.heads):
+        keys = [key for key, owner in tails.get(head, ()) if owner != trace_id]
+        if keys:
+            return min(keys)
+    return None
 
 
 SKELETON_ATTRIBUTES = frozenset({
@@ -306,7 +317,7 @@ class SqlStore:
             # Oldest first: a later trace of a session may join the conversation an earlier one of this batch began.
             ordered = sorted(by_trace.items(), key=lambda item: min((s.start_time, s.span_id) for s in item[1]))
             transcripts = {trace: trace_transcript(group) for trace, group in ordered}
-            keys = {trace: self._conversation_key(conn, trace, group, transcripts[trace]) for trace, group in ordered}
+            keys = self._conversation_keys(conn, ordered, transcripts)
             if new:
                 self._insert_spans(conn, [
                     {"span_id": s.span_id, "trace_id": s.trace_id, "conversation_key": keys[s.trace_id],
@@ -402,36 +413,89 @@ class SqlStore:
             found.update(pair for pair in ((str(r[0]), str(r[1])) for r in rows) if pair in wanted)
         return found
 
-    def _conversation_key(self, conn: Connection, trace_id: str, spans: list[SpanRecord],
-                          transcript: TraceTranscript | None) -> str:
-        """A trace belongs to the conversation its spans name (the assembler's rule), else to the conversation whose
-        complete transcript its first model input extends (a session without an id), else to its own trace id.
-        The first span naming it, or carrying its content (log records), may arrive in a later batch than the
-        rest of the trace."""
+    def _conversation_keys(self, conn: Connection, ordered: list[tuple[str, list[SpanRecord]]],
+                           transcripts: dict[str, TraceTranscript | None]) -> dict[str, str]:
+        """The conversation each trace of a batch belongs to: the one its spans name (the assembler's rule), else
+        the one whose complete transcript its first model input extends (a session without an id), else its own
+        trace id. Traces met before are looked up one by one (their content may arrive late and move them); the
+        new ones, almost every trace, with a few statements for the whole batch, so the receiver's commit costs
+        about the same however many traces a batch holds."""
+        c = traces_table.c
+        names = [trace for trace, _ in ordered]
+        stored: dict[str, Any] = {}
+        for start in range(0, len(names), _CHUNK):
+            found = conn.execute(select(traces_table).where(self._among(c.trace_id, names[start:start + _CHUNK])))
+            stored.update((str(row["trace_id"]), row) for row in found.mappings())
+        keys = {trace: self._stored_trace_key(conn, trace, group, transcripts[trace], stored[trace])
+                for trace, group in ordered if trace in stored}
+        fresh = [(trace, group) for trace, group in ordered if trace not in stored]
+        named = {trace: _text(conversation_key(group)) for trace, group in fresh}
+        unnamed = (transcripts[trace] for trace, _ in fresh if named[trace] == trace)
+        heads = {head for transcript in unnamed if transcript is not None for head in transcript.heads}
+        tails = self._tails(conn, list(heads))
+        trace_rows: list[dict[str, Any]] = []
+        transcript_rows: list[dict[str, Any]] = []
+        for trace, _ in fresh:  # oldest first: a trace may join the conversation an earlier one of the batch began
+            transcript = transcripts[trace]
+            conversation_id = named[trace] if named[trace] != trace else None
+            key = conversation_id or (transcript and _joined(tails, trace, transcript)) or trace
+            keys[trace] = key
+            trace_rows.append({"trace_id": trace, "conversation_key": key,
+                               "from_conversation_id": conversation_id is not None})
+            if transcript is not None and transcript.tail is not None:
+                transcript_rows.append({"trace_id": trace, "tail_hash": transcript.tail, "conversation_key": key})
+                tails[transcript.tail].append((key, trace))
+        if trace_rows:
+            conn.execute(insert(traces_table), trace_rows)
+        if transcript_rows:
+            conn.execute(self._transcript_upsert, transcript_rows)
+        return keys
+
+    def _stored_trace_key(self, conn: Connection, trace_id: str, spans: list[SpanRecord],
+                          transcript: TraceTranscript | None, row: Any) -> str:
+        """``_conversation_keys`` for a trace stored before: the first span naming its conversation, or carrying its
+        content (log records), may arrive in a later batch than the rest of the trace."""
         named = _text(conversation_key(spans))
         conversation_id = named if named != trace_id else None
-        row = conn.execute(select(traces_table).where(traces_table.c.trace_id == trace_id)).mappings().first()
-        if row is not None and (row["from_conversation_id"] or conversation_id is None):
+        if row["from_conversation_id"] or conversation_id is None:
             key = str(row["conversation_key"])
             if conversation_id is None and key == trace_id:
                 # Content may arrive after the trace was first stored (its log records in a later batch): the
                 # transcript is the whole trace's.
                 transcript = trace_transcript([*self._stored_trace(conn, trace_id), *spans])
-            if conversation_id is None and key == trace_id and transcript is not None:
-                joined = self._joined_key(conn, trace_id, transcript)
-                if joined is not None:
-                    key = self._move_trace(conn, trace_id, key, joined, from_conversation_id=False)
-            self._record_transcript(conn, trace_id, key, transcript)
-            return key
-        key = conversation_id or (transcript and self._joined_key(conn, trace_id, transcript)) or trace_id
-        if row is None:
-            conn.execute(insert(traces_table).values(trace_id=trace_id, conversation_key=key,
-                                                     from_conversation_id=conversation_id is not None))
-            self._record_transcript(conn, trace_id, key, transcript)
-            return key
-        key = self._move_trace(conn, trace_id, str(row["conversation_key"]), key, from_conversation_id=True)
-        self._record_transcript(conn, trace_id, key, transcript)
+                if transcript is not None:
+                    joined = _joined(self._tails(conn, list(transcript.heads)), trace_id, transcript)
+                    if joined is not None:
+                        key = self._move_trace(conn, trace_id, key, joined, from_conversation_id=False)
+        else:
+            key = self._move_trace(conn, trace_id, str(row["conversation_key"]), conversation_id,
+                                   from_conversation_id=True)
+        if transcript is not None and transcript.tail is not None:
+            conn.execute(self._transcript_upsert, [{"trace_id": trace_id, "tail_hash": transcript.tail,
+                                                    "conversation_key": key}])
         return key
+
+    def _tails(self, conn: Connection, heads: list[str]) -> defaultdict[str, list[tuple[str, str]]]:
+        """The stored transcripts ending on one of ``heads``: tail hash → [(conversation key, trace id)]."""
+        t = trace_transcripts_table.c
+        tails: defaultdict[str, list[tuple[str, str]]] = defaultdict(list)
+        for start in range(0, len(heads), _CHUNK):
+            rows = conn.execute(select(t.tail_hash, t.conversation_key, t.trace_id)
+                                .where(self._among(t.tail_hash, heads[start:start + _CHUNK])))
+            for tail, key, trace in rows:
+                tails[str(tail)].append((str(key), str(trace)))
+        return tails
+
+    @functools.cached_property
+    def _transcript_upsert(self) -> Any:
+        """Record a trace's transcript, or replace the one recorded (built once, like ``_rollup_upsert``)."""
+        t = trace_transcripts_table.c
+        dialect = self._engine.dialect.name
+        statement = (postgresql.insert(trace_transcripts_table) if dialect == "postgresql"
+                     else sqlite.insert(trace_transcripts_table))
+        return statement.on_conflict_do_update(
+            index_elements=[t.trace_id],
+            set_={"tail_hash": statement.excluded.tail_hash, "conversation_key": statement.excluded.conversation_key})
 
     def _move_trace(self, conn: Connection, trace_id: str, old_key: str, key: str, *,
                     from_conversation_id: bool) -> str:
@@ -454,29 +518,6 @@ class SqlStore:
     def _stored_trace(conn: Connection, trace_id: str) -> list[SpanRecord]:
         query = select(spans_table.c.payload).where(spans_table.c.trace_id == trace_id)
         return [SpanRecord.model_validate_json(p) for p in conn.execute(query).scalars()]
-
-    @staticmethod
-    def _joined_key(conn: Connection, trace_id: str, transcript: TraceTranscript) -> str | None:
-        """The conversation whose complete transcript ``transcript``'s first input extends, longest match first."""
-        if not transcript.heads:
-            return None
-        t = trace_transcripts_table.c
-        rows = conn.execute(select(t.tail_hash, t.conversation_key)
-                            .where(t.tail_hash.in_(list(transcript.heads)), t.trace_id != trace_id)
-                            .order_by(t.conversation_key)).all()
-        found = {str(r.tail_hash): str(r.conversation_key) for r in reversed(rows)}
-        return next((found[head] for head in reversed(transcript.heads) if head in found), None)
-
-    @staticmethod
-    def _record_transcript(conn: Connection, trace_id: str, key: str, transcript: TraceTranscript | None) -> None:
-        if transcript is None or transcript.tail is None:
-            return
-        t = trace_transcripts_table.c
-        updated = conn.execute(update(trace_transcripts_table).where(t.trace_id == trace_id)
-                               .values(tail_hash=transcript.tail, conversation_key=key)).rowcount
-        if not updated:
-            conn.execute(insert(trace_transcripts_table).values(trace_id=trace_id, tail_hash=transcript.tail,
-                                                                conversation_key=key))
 
     @staticmethod
     def _awaiting(by_trace: dict[str, list[SpanRecord]], transcripts: dict[str, TraceTranscript | None],
