@@ -5,12 +5,20 @@ from __future__ import annotations
 import json
 import logging
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 
 from monitor.assemble import assemble
-from monitor.formats.conventions import UNSUPPORTED_REASON, content_switch, recognize
-from monitor.formats.otlp import parse_otlp_document
+from monitor.assemble.assembler import fold_event_rows
+from monitor.formats.conventions import (
+    UNSUPPORTED_REASON,
+    content_switch,
+    may_hold_input,
+    read_span_content,
+    recognize,
+)
+from monitor.formats.otlp import parse_otlp_document, parse_otlp_line
 from monitor.models import SpanEvent, SpanRecord
 from monitor.store.memory import InMemoryStore
 
@@ -124,3 +132,24 @@ def test_each_convention_is_recognised_in_one_place() -> None:
     assert recognize(span({**chat, "gen_ai.output.messages": '[{"role": "assistant", "content": "hi"}]'})) == (
         "semantic_kernel")
     assert recognize(span({"ai.prompt": "hi"})) == "unsupported"
+
+
+def _producer_spans() -> list[SpanRecord]:
+    spans: list[SpanRecord] = []
+    for path in sorted((Path(__file__).parent / "data" / "producers").glob("*.otlp.jsonl")):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            spans.extend(parse_otlp_line(line)[0])
+    return fold_event_rows(spans)
+
+
+def test_a_span_said_to_hold_no_input_holds_none_in_any_real_producers_capture() -> None:
+    """``may_hold_input`` lets a transcript skip spans unread: it may never skip one whose content has input (the
+    captures of every real producer and content placement), and it must skip output-only current spans."""
+    spans = _producer_spans()
+    with_input = [s for s in spans if read_span_content(s).input]
+    assert len(with_input) > 50
+    assert all(may_hold_input(s) for s in with_input), [s.scope for s in with_input if not may_hold_input(s)]
+    output_only = _chat("00f067aa0ba902b9", 0, [], [REPLY]).model_copy(update={"attributes": {
+        "gen_ai.operation.name": "chat", "gen_ai.output.messages": json.dumps([REPLY])}})
+    assert not may_hold_input(output_only)
+    assert sum(1 for s in spans if not may_hold_input(s)) > 0

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from monitor.formats.conventions import inference_operation, read_span_content
+from monitor.formats.conventions import inference_operation, may_hold_input, read_span_content
 from monitor.formats.genai import (
     SYSTEM_ROLES,
     TOOL_CALL_RESULT,
@@ -140,23 +140,26 @@ def trace_transcript(
     spans: Sequence[SpanRecord], cache: ReadCache | None = None, contents: dict[SpanKey, SpanContent] | None = None,
 ) -> TraceTranscript | None:
     """The ``TraceTranscript`` of a trace's spans (event records folded in); None without model calls or
-    content."""
+    content. Only the first and the last model call with input make it: they are looked for from each end, and
+    a call that certainly holds no input is not read at all (the OTLP receiver computes this for every trace it
+    commits)."""
     folded = fold_event_rows(spans) if any(s.kind == "event" for s in spans) else list(spans)
-    calls = sorted((s for s in folded if operation_of(s) in INFERENCE_OPERATIONS),
+    calls = sorted((s for s in folded if operation_of(s) in INFERENCE_OPERATIONS and may_hold_input(s)),
                    key=lambda s: (s.start_time, s.span_id))
     reader = cache or ReadCache()
-    read: list[SpanContent] = []
-    for span in calls:
+
+    def read(span: SpanRecord) -> SpanContent:
         found = contents.get((span.trace_id, span.span_id)) if contents is not None else None
         if found is None:
             found = read_span_content(span, cache=reader)
             if contents is not None:
                 contents[(span.trace_id, span.span_id)] = found
-        if found.input:
-            read.append(found)
-    if not read:
+        return found
+
+    first = next((content for content in map(read, calls) if content.input), None)
+    if first is None:
         return None
-    first, last = read[0], read[-1]
+    last = next(content for content in map(read, reversed(calls)) if content.input)
     first_system, first_keys = _transcript_keys(first.input, first.system_instructions)
     heads: list[str] = []
     digest = hashlib.blake2b(first_system.encode(), digest_size=16)

@@ -23,6 +23,7 @@ from sqlalchemy import (
     Connection,
     Float,
     Integer,
+    Table,
     Text,
     and_,
     any_,
@@ -89,6 +90,19 @@ _ROLLUP_ARRAYS = ("rollup_buckets", "rollup_rubrics", "rollup_versions", "rollup
 """Parameters of the one-statement record (``_record_statement``): the rollup rows' columns, as arrays."""
 _MAX_LATE_CHANGES = 50_000
 """Rollup changes to past hours kept for ``drain_rollup_changes``; beyond it the reader is told to reload."""
+
+
+_UPSERT_TRANSCRIPTS = (
+    "INSERT INTO trace_transcripts (trace_id, tail_hash, conversation_key) "
+    "SELECT * FROM unnest(%s::text[], %s::text[], %s::text[]) "
+    "ON CONFLICT (trace_id) DO UPDATE SET tail_hash = excluded.tail_hash, conversation_key = excluded.conversation_key")
+_UPDATE_CONVERSATIONS = (
+    "UPDATE conversations SET first_span_ts = v.first, last_span_ts = v.last, span_count = v.count, "
+    "awaiting_tool_result = v.waits "
+    "FROM unnest(%s::text[], %s::float8[], %s::float8[], %s::integer[], %s::boolean[]) "
+    "AS v(k, first, last, count, waits) "
+    "WHERE conversations.key = v.k")
+"""``SqlStore._write_rows`` on PostgreSQL: a batch's transcripts and conversation updates, one statement each."""
 
 
 def _lock_key(name: str) -> int:
@@ -319,7 +333,7 @@ class SqlStore:
             transcripts = {trace: trace_transcript(group) for trace, group in ordered}
             keys = self._conversation_keys(conn, ordered, transcripts)
             if new:
-                self._insert_spans(conn, [
+                self._insert_rows(conn, spans_table, [
                     {"span_id": s.span_id, "trace_id": s.trace_id, "conversation_key": keys[s.trace_id],
                      "start_ts": _ts(s.start_time), "payload": s.model_dump_json()}
                     for s in new
@@ -332,24 +346,38 @@ class SqlStore:
         return StoredSpans(new=len(new), duplicates=len(spans) - len(new), late_ignored=outcomes["late_ignored"],
                            reopened=outcomes["reopened"])
 
-    def _insert_spans(self, conn: Connection, rows: list[dict[str, Any]]) -> None:
-        """Insert span rows: on PostgreSQL with COPY (a fraction of the client CPU of one INSERT per row, which is
-        what the OTLP receiver's throughput rests on), elsewhere with one executemany INSERT."""
+    def _insert_rows(self, conn: Connection, table: Table, rows: list[dict[str, Any]]) -> None:
+        """Insert rows (every one with the same keys): on PostgreSQL with COPY, one round trip and a fraction of the
+        client CPU of an INSERT per row (psycopg's executemany sends one per row), which is what the OTLP receiver's
+        throughput rests on; elsewhere with one executemany INSERT."""
+        if not rows:
+            return
         driver = conn.connection.driver_connection
         if not self._one_statement or self._engine.dialect.driver != "psycopg" or driver is None:
-            conn.execute(insert(spans_table), rows)
+            conn.execute(insert(table), rows)
             return
         import psycopg
 
-        columns = ("span_id", "trace_id", "conversation_key", "start_ts", "payload")
-        statement = f"COPY spans ({', '.join(columns)}) FROM STDIN"
+        columns = tuple(rows[0])
+        statement = f"COPY {table.name} ({', '.join(columns)}) FROM STDIN"
         try:
             with driver.cursor() as cursor, cursor.copy(statement) as copy:
                 for row in rows:
                     copy.write_row(tuple(row[column] for column in columns))
         except psycopg.errors.IntegrityError as exc:
-            # Another writer stored one of these spans first: the whole transaction is run again (``_retrying``).
+            # Another writer stored one of these rows first: the whole transaction is run again (``_retrying``).
             raise IntegrityError(statement, None, exc) from exc
+
+    def _write_rows(self, conn: Connection, statement: Any, rows: list[dict[str, Any]], over_arrays: str) -> None:
+        """Run ``statement`` for every row (all with the same keys). On PostgreSQL ``over_arrays`` instead: the same
+        write as one statement over an array per column (``unnest``, its ``%s`` in the rows' key order), so a batch
+        costs one round trip however many rows it has."""
+        if not rows:
+            return
+        if not self._one_statement or self._engine.dialect.driver != "psycopg":
+            conn.execute(statement, rows)
+            return
+        conn.exec_driver_sql(over_arrays, tuple([row[column] for row in rows] for column in rows[0]))
 
     def _touch_conversations(self, conn: Connection, per_key: dict[str, list[SpanRecord]],
                              late_turns: LatePolicy, awaiting: dict[str, bool]) -> Counter[str]:
@@ -357,11 +385,7 @@ class SqlStore:
         statement updating the pending ones; the outcomes counted."""
         outcomes: Counter[str] = Counter()
         c = conversations_table.c
-        rows: dict[str, Any] = {}
-        names = list(per_key)
-        for start in range(0, len(names), _CHUNK):
-            found = conn.execute(select(conversations_table).where(self._among(c.key, names[start:start + _CHUNK])))
-            rows.update((str(row["key"]), row) for row in found.mappings())
+        rows = {str(row["key"]): row for row in self._rows_among(conn, self._conversations_among, list(per_key))}
         inserts: list[dict[str, Any]] = []
         updates: list[dict[str, Any]] = []
         for key, group in per_key.items():
@@ -384,34 +408,54 @@ class SqlStore:
                             "last": max(last, row["last_span_ts"]), "count": row["span_count"] + len(group),
                             "waits": bool(waits)})
             outcomes["updated"] += 1
-        if inserts:
-            conn.execute(insert(conversations_table), inserts)
-        if updates:
-            conn.execute(update(conversations_table).where(c.key == bindparam("k")).values(
-                first_span_ts=bindparam("first"), last_span_ts=bindparam("last"), span_count=bindparam("count"),
-                awaiting_tool_result=bindparam("waits")),
-                updates)
+        self._insert_rows(conn, conversations_table, inserts)
+        self._write_rows(conn, update(conversations_table).where(c.key == bindparam("k")).values(
+            first_span_ts=bindparam("first"), last_span_ts=bindparam("last"), span_count=bindparam("count"),
+            awaiting_tool_result=bindparam("waits")), updates, _UPDATE_CONVERSATIONS)
         return outcomes
 
-    def _among(self, column: Any, values: list[str]) -> ColumnElement[bool]:
-        """``column IN values``; on PostgreSQL ``column = ANY(array)``, one statement text whatever the count, which
-        the driver prepares once instead of parsing a new list of placeholders each time."""
+    def _among(self, column: Any) -> ColumnElement[bool]:
+        """``column`` among the values bound as ``among``: on PostgreSQL ``column = ANY(array)``, one statement text
+        whatever the count, which the driver prepares once instead of parsing a new list of placeholders each
+        time; elsewhere ``IN``."""
         if self._one_statement:
-            return column == any_(literal(values, type_=postgresql.ARRAY(Text)))  # type: ignore[no-any-return]
-        return column.in_(values)  # type: ignore[no-any-return]
+            return column == any_(bindparam("among", type_=postgresql.ARRAY(Text)))  # type: ignore[no-any-return]
+        return column.in_(bindparam("among", expanding=True))  # type: ignore[no-any-return]
+
+    @staticmethod
+    def _rows_among(conn: Connection, query: Any, values: list[str]) -> Iterator[Any]:
+        """The rows of ``query`` (a look-up built with ``_among``) for ``values``, a chunk at a time."""
+        for start in range(0, len(values), _CHUNK):
+            yield from conn.execute(query, {"among": values[start:start + _CHUNK]}).mappings()
+
+    # The batch look-ups, built once: building a statement costs more client CPU than running it.
+
+    @functools.cached_property
+    def _spans_among(self) -> Any:
+        return select(spans_table.c.trace_id, spans_table.c.span_id).where(self._among(spans_table.c.trace_id))
+
+    @functools.cached_property
+    def _traces_among(self) -> Any:
+        return select(traces_table).where(self._among(traces_table.c.trace_id))
+
+    @functools.cached_property
+    def _conversations_among(self) -> Any:
+        return select(conversations_table).where(self._among(conversations_table.c.key))
+
+    @functools.cached_property
+    def _transcripts_among(self) -> Any:
+        t = trace_transcripts_table.c
+        return select(t.tail_hash, t.conversation_key, t.trace_id).where(self._among(t.tail_hash))
 
     def _existing_spans(self, conn: Connection, ids: list[tuple[str, str]]) -> set[tuple[str, str]]:
         """Which (trace id, span id) pairs are stored already. Looked up by trace id, the leading column of the
         primary key, so the look-up reads the index and the spans of those traces only, however large the table
         (by span id alone, which no index leads with, it read the whole table for every batch)."""
-        found: set[tuple[str, str]] = set()
         wanted = set(ids)
         traces = list(dict.fromkeys(trace_id for trace_id, _ in ids))
-        for start in range(0, len(traces), _CHUNK):
-            rows = conn.execute(select(spans_table.c.trace_id, spans_table.c.span_id)
-                                .where(self._among(spans_table.c.trace_id, traces[start:start + _CHUNK])))
-            found.update(pair for pair in ((str(r[0]), str(r[1])) for r in rows) if pair in wanted)
-        return found
+        stored = ((str(row["trace_id"]), str(row["span_id"])) for row in self._rows_among(conn, self._spans_among,
+                                                                                            traces))
+        return {pair for pair in stored if pair in wanted}
 
     def _conversation_keys(self, conn: Connection, ordered: list[tuple[str, list[SpanRecord]]],
                            transcripts: dict[str, TraceTranscript | None]) -> dict[str, str]:
@@ -420,12 +464,8 @@ class SqlStore:
         trace id. Traces met before are looked up one by one (their content may arrive late and move them); the
         new ones, almost every trace, with a few statements for the whole batch, so the receiver's commit costs
         about the same however many traces a batch holds."""
-        c = traces_table.c
         names = [trace for trace, _ in ordered]
-        stored: dict[str, Any] = {}
-        for start in range(0, len(names), _CHUNK):
-            found = conn.execute(select(traces_table).where(self._among(c.trace_id, names[start:start + _CHUNK])))
-            stored.update((str(row["trace_id"]), row) for row in found.mappings())
+        stored = {str(row["trace_id"]): row for row in self._rows_among(conn, self._traces_among, names)}
         keys = {trace: self._stored_trace_key(conn, trace, group, transcripts[trace], stored[trace])
                 for trace, group in ordered if trace in stored}
         fresh = [(trace, group) for trace, group in ordered if trace not in stored]
@@ -445,10 +485,8 @@ class SqlStore:
             if transcript is not None and transcript.tail is not None:
                 transcript_rows.append({"trace_id": trace, "tail_hash": transcript.tail, "conversation_key": key})
                 tails[transcript.tail].append((key, trace))
-        if trace_rows:
-            conn.execute(insert(traces_table), trace_rows)
-        if transcript_rows:
-            conn.execute(self._transcript_upsert, transcript_rows)
+        self._insert_rows(conn, traces_table, trace_rows)
+        self._write_rows(conn, self._transcript_upsert, transcript_rows, _UPSERT_TRANSCRIPTS)
         return keys
 
     def _stored_trace_key(self, conn: Connection, trace_id: str, spans: list[SpanRecord],
@@ -471,19 +509,15 @@ class SqlStore:
             key = self._move_trace(conn, trace_id, str(row["conversation_key"]), conversation_id,
                                    from_conversation_id=True)
         if transcript is not None and transcript.tail is not None:
-            conn.execute(self._transcript_upsert, [{"trace_id": trace_id, "tail_hash": transcript.tail,
-                                                    "conversation_key": key}])
+            self._write_rows(conn, self._transcript_upsert, [{"trace_id": trace_id, "tail_hash": transcript.tail,
+                                                              "conversation_key": key}], _UPSERT_TRANSCRIPTS)
         return key
 
     def _tails(self, conn: Connection, heads: list[str]) -> defaultdict[str, list[tuple[str, str]]]:
         """The stored transcripts ending on one of ``heads``: tail hash → [(conversation key, trace id)]."""
-        t = trace_transcripts_table.c
         tails: defaultdict[str, list[tuple[str, str]]] = defaultdict(list)
-        for start in range(0, len(heads), _CHUNK):
-            rows = conn.execute(select(t.tail_hash, t.conversation_key, t.trace_id)
-                                .where(self._among(t.tail_hash, heads[start:start + _CHUNK])))
-            for tail, key, trace in rows:
-                tails[str(tail)].append((str(key), str(trace)))
+        for row in self._rows_among(conn, self._transcripts_among, heads):
+            tails[str(row["tail_hash"])].append((str(row["conversation_key"]), str(row["trace_id"])))
         return tails
 
     @functools.cached_property

@@ -100,6 +100,14 @@ def in_current_conventions(attributes: Mapping[str, Any]) -> bool:
     return True
 
 
+def may_hold_input(span: SpanRecord) -> bool:
+    """False only when ``span`` certainly holds no model input: no events (nor log records folded in) and
+    attributes in the current conventions without ``gen_ai.input.messages``. Decided without reading content, so
+    a reader that needs only the input (a trace's transcript) skips the other spans."""
+    attributes = span.attributes
+    return bool(span.events) or _INPUT in attributes or not in_current_conventions(attributes)
+
+
 def recognize(span: SpanRecord) -> str:
     """The convention of ``span``'s content: one of the names in the table above, or ``none``."""
     attributes = span.attributes
