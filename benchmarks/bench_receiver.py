@@ -46,6 +46,7 @@ def serve(url: str, port: int, max_pending: int) -> None:
     """Run the receiver alone until killed: the store, the committer and the listener."""
     from prometheus_client import CollectorRegistry
 
+    from monitor.daemon.loop import tune_garbage_collector
     from monitor.metrics import MonitorMetrics
     from monitor.settings import OtlpReceiverSourceSettings
     from monitor.sources.otlp_receiver import OtlpReceiverSource
@@ -58,6 +59,7 @@ def serve(url: str, port: int, max_pending: int) -> None:
                                                              max_pending_spans=max_pending),
                                   MonitorMetrics(CollectorRegistry()))
     receiver.attach(store, "ignore")
+    tune_garbage_collector()  # as the daemon does once built
     receiver.start()
     print("ready", flush=True)
     threading.Event().wait()

@@ -42,7 +42,7 @@ import zlib
 from collections import Counter, deque
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler
 from typing import TYPE_CHECKING, Any
 
@@ -50,7 +50,9 @@ from monitor.daemon.http import HEAD_BYTES, BoundedHTTPServer, HTTPLimits
 from monitor.errors import ConfigError, StoreError
 from monitor.formats.json_text import MAX_NESTING
 from monitor.formats.otlp import (
+    MAX_UNIX_NANOS,
     SCOPE_NAME,
+    UNIX_EPOCH,
     OtlpFormatError,
     parse_otlp_document,
     parse_unix_nanos,
@@ -218,14 +220,13 @@ def _pb_span(span: Any, resource: dict[str, Any], scope_name: str, rejected: Cou
     trace_id = _pb_id(span.trace_id, 16, "traceId")
     span_id = _pb_id(span.span_id, 8, "spanId")
     parent = _pb_id(span.parent_span_id, 8, "parentSpanId") if span.parent_span_id else None
-    start = parse_unix_nanos(span.start_time_unix_nano, "startTimeUnixNano")
-    end = parse_unix_nanos(span.end_time_unix_nano, "endTimeUnixNano") if span.end_time_unix_nano else None
+    start = _pb_time(span.start_time_unix_nano, "startTimeUnixNano", "invalid_time")
+    end = _pb_time(span.end_time_unix_nano, "endTimeUnixNano", "invalid_time") if span.end_time_unix_nano else None
     events = []
     for event in span.events:
         try:
             events.append(SpanEvent(name=event.name, attributes=_pb_attributes(event.attributes, 0),
-                                    time=parse_unix_nanos(event.time_unix_nano, "event timeUnixNano",
-                                                          reason="invalid_event_time")))
+                                    time=_pb_time(event.time_unix_nano, "event timeUnixNano", "invalid_event_time")))
         except OtlpFormatError as exc:
             rejected[exc.reason] += 1
     return SpanRecord(trace_id=trace_id, span_id=span_id, parent_span_id=parent, name=span.name,
@@ -234,26 +235,34 @@ def _pb_span(span: Any, resource: dict[str, Any], scope_name: str, rejected: Cou
                       status=_PB_STATUS.get(span.status.code, "unset"), scope=scope_name)
 
 
+def _pb_time(nanos: int, field: str, reason: str) -> datetime:
+    """A protobuf ``fixed64`` time: an int already, so only its range is checked (``parse_unix_nanos`` otherwise)."""
+    if 0 < nanos <= MAX_UNIX_NANOS:
+        return UNIX_EPOCH + timedelta(microseconds=nanos // 1000)
+    return parse_unix_nanos(nanos, field, reason=reason)
+
+
+_SCALARS = frozenset({"string_value", "int_value", "bool_value", "double_value"})
+
+
 def _pb_attributes(attributes: Any, depth: int) -> dict[str, Any]:
     if depth >= MAX_NESTING:
         raise OtlpFormatError("malformed_attributes", f"values nested deeper than {MAX_NESTING} levels")
-    return {kv.key: _pb_value(kv.value, depth + 1) for kv in attributes}
+    read: dict[str, Any] = {}
+    for kv in attributes:  # the scalar values inline: most attributes are, and a call per value is most of the cost
+        value = kv.value
+        which = value.WhichOneof("value")
+        read[kv.key] = getattr(value, which) if which in _SCALARS else _pb_value(value, which, depth + 1)
+    return read
 
 
-def _pb_value(value: Any, depth: int) -> Any:
-    which = value.WhichOneof("value")
-    if which == "string_value":
-        return value.string_value
-    if which == "int_value":
-        return value.int_value
-    if which == "bool_value":
-        return value.bool_value
-    if which == "double_value":
-        return value.double_value
+def _pb_value(value: Any, which: str | None, depth: int) -> Any:
+    if which in _SCALARS:
+        return getattr(value, which)
     if which == "array_value":
         if depth >= MAX_NESTING:
             raise OtlpFormatError("malformed_attributes", f"values nested deeper than {MAX_NESTING} levels")
-        return [_pb_value(item, depth + 1) for item in value.array_value.values]
+        return [_pb_value(item, item.WhichOneof("value"), depth + 1) for item in value.array_value.values]
     if which == "kvlist_value":
         return _pb_attributes(value.kvlist_value.values, depth)
     if which == "bytes_value":

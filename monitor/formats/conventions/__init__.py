@@ -86,6 +86,15 @@ def in_current_conventions(attributes: Mapping[str, Any]) -> bool:
     Semantic Kernel's OpenAI shape. Most spans are in the current conventions; this decides it by one lookup of the
     span's attribute names and, for spans with messages, two substring tests: not a Python loop per key and per
     convention."""
+    if not _plain(attributes):
+        return False
+    if _INPUT in attributes or _OUTPUT in attributes or _TOOLS in attributes:
+        return not semantic_kernel.recognizes(attributes)
+    return True
+
+
+def _plain(attributes: Mapping[str, Any]) -> bool:
+    """``_plain_keys``, looked up by the attribute names."""
     keys = tuple(attributes)
     plain = _PLAIN_KEY_SETS.get(keys)
     if plain is None:
@@ -93,11 +102,7 @@ def in_current_conventions(attributes: Mapping[str, Any]) -> bool:
         if len(_PLAIN_KEY_SETS) >= _KEY_SETS_KEPT:
             _PLAIN_KEY_SETS.clear()
         _PLAIN_KEY_SETS[keys] = plain
-    if not plain:
-        return False
-    if _INPUT in attributes or _OUTPUT in attributes or _TOOLS in attributes:
-        return not semantic_kernel.recognizes(attributes)
-    return True
+    return plain
 
 
 def may_hold_input(span: SpanRecord) -> bool:
@@ -105,7 +110,8 @@ def may_hold_input(span: SpanRecord) -> bool:
     attributes in the current conventions without ``gen_ai.input.messages``. Decided without reading content, so
     a reader that needs only the input (a trace's transcript) skips the other spans."""
     attributes = span.attributes
-    return bool(span.events) or _INPUT in attributes or not in_current_conventions(attributes)
+    # Semantic Kernel's shape matters only for a value under gen_ai.input.messages, which is read anyway.
+    return bool(span.events) or _INPUT in attributes or not _plain(attributes)
 
 
 def recognize(span: SpanRecord) -> str:
