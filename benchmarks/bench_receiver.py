@@ -135,16 +135,32 @@ def free_port() -> int:
 # ---- load ------------------------------------------------------------------------------------------------------
 
 
-def make_requests(count: int, batch: int = BATCH, seed: int = 1) -> list[tuple[bytes, set[tuple[str, str]]]]:
-    """``count`` ExportTraceServiceRequest bodies of ``batch`` GenAI spans each (8 spans a trace, a conversation
-    id, model, token counts and a message of a few hundred bytes, as an instrumented agent records them)."""
+LOADS = ("named", "sessions")
+"""``named``: every span names its conversation and carries one output message (the load the goal was set
+on).
+``sessions``: as openai-v2 sends by default, no conversation id; a trace is one turn of a session (an agent span,
+3 model calls whose input is the whole history so far, tool spans), each turn extending the one before, so the
+store joins the traces by transcript."""
+
+
+def make_requests(count: int, batch: int = BATCH, seed: int = 1,
+                  load: str = "named") -> list[tuple[bytes, set[tuple[str, str]]]]:
+    """``count`` ExportTraceServiceRequest bodies of ``batch`` GenAI spans each, 8 spans a trace (``LOADS``)."""
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
     from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
     from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
 
+    def text(key: str, value: str) -> KeyValue:
+        return KeyValue(key=key, value=AnyValue(string_value=value))
+
+    def message(role: str, content: str) -> dict[str, Any]:
+        return {"role": role, "parts": [{"type": "text", "content": content}]}
+
     chooser = random.Random(seed)
     now = time.time_ns()
     requests = []
+    history: list[dict[str, Any]] = []
+    traces = 0
     for _ in range(count):
         spans = []
         ids: set[tuple[str, str]] = set()
@@ -152,22 +168,37 @@ def make_requests(count: int, batch: int = BATCH, seed: int = 1) -> list[tuple[b
             if index % 8 == 0:
                 trace_id = chooser.randbytes(16)
                 conversation = trace_id.hex()[:12]
+                turn = traces % 5  # sessions of 5 turns, one trace a turn; some span two requests
+                traces += 1
+                if turn == 0:
+                    history = [message("system", "You book tables at restaurants. " * 4)]
+                history.append(message("user", f"Turn {turn}: a table for {chooser.randint(2, 8)} tonight, please."))
             span_id = chooser.randbytes(8)
             ids.add((trace_id.hex(), span_id.hex()))
-            message = json.dumps([{"role": "assistant", "parts": [{"type": "text", "content": "x" * 300}]}])
-            attributes = [
-                KeyValue(key="gen_ai.operation.name", value=AnyValue(string_value="chat")),
-                KeyValue(key="gen_ai.conversation.id", value=AnyValue(string_value=conversation)),
-                KeyValue(key="gen_ai.request.model", value=AnyValue(string_value="gpt-4o")),
-                KeyValue(key="gen_ai.usage.input_tokens", value=AnyValue(int_value=120)),
-                KeyValue(key="gen_ai.output.messages", value=AnyValue(string_value=message)),
-            ]
-            spans.append(Span(trace_id=trace_id, span_id=span_id, name="chat gpt-4o", kind=Span.SPAN_KIND_CLIENT,
-                              start_time_unix_nano=now + index, end_time_unix_nano=now + index + 1_000_000,
-                              attributes=attributes))
+            if load == "named":
+                reply = json.dumps([message("assistant", "x" * 300)])
+                attributes = [text("gen_ai.operation.name", "chat"), text("gen_ai.conversation.id", conversation),
+                              text("gen_ai.request.model", "gpt-4o"),
+                              KeyValue(key="gen_ai.usage.input_tokens", value=AnyValue(int_value=120)),
+                              text("gen_ai.output.messages", reply)]
+                name = "chat gpt-4o"
+            elif index % 8 in (1, 4, 7):
+                answer = message("assistant", f"Checked {chooser.random():.6f}: " + "y" * 120)
+                attributes = [text("gen_ai.operation.name", "chat"), text("gen_ai.request.model", "gpt-4o"),
+                              KeyValue(key="gen_ai.usage.input_tokens", value=AnyValue(int_value=120)),
+                              text("gen_ai.input.messages", json.dumps(history)),
+                              text("gen_ai.output.messages", json.dumps([answer]))]
+                history.append(answer)
+                name = "chat gpt-4o"
+            else:
+                attributes = [text("gen_ai.operation.name", "execute_tool" if index % 8 else "invoke_agent"),
+                              text("gen_ai.agent.name", "table-booker"), text("gen_ai.tool.name", "find_table")]
+                name = "execute_tool find_table" if index % 8 else "invoke_agent table-booker"
+            now += 1_000_000  # a span a millisecond: the turns of a session in order
+            spans.append(Span(trace_id=trace_id, span_id=span_id, name=name, kind=Span.SPAN_KIND_CLIENT,
+                              start_time_unix_nano=now, end_time_unix_nano=now + 900_000, attributes=attributes))
         request = ExportTraceServiceRequest(resource_spans=[ResourceSpans(
-            resource={"attributes": [KeyValue(key="service.name", value=AnyValue(string_value="bench"))]},
-            scope_spans=[ScopeSpans(spans=spans)])])
+            resource={"attributes": [text("service.name", "bench")]}, scope_spans=[ScopeSpans(spans=spans)])])
         requests.append((request.SerializeToString(), ids))
     return requests
 
@@ -206,8 +237,8 @@ def percentile(values: list[float], share: float) -> float:
     return ordered[min(len(ordered) - 1, int(share * len(ordered)))] if ordered else 0.0
 
 
-def throughput(url: str, requests: int, clients: int) -> dict[str, Any]:
-    bodies = make_requests(requests)
+def throughput(url: str, requests: int, clients: int, load: str = "named") -> dict[str, Any]:
+    bodies = make_requests(requests, load=load)
     server = Server(url)
     try:
         cpu_before, pg_before = server.cpu_seconds(), postgres_cpu_seconds(url)
@@ -246,7 +277,7 @@ def throughput(url: str, requests: int, clients: int) -> dict[str, Any]:
         pg_after = postgres_cpu_seconds(url)
         spans = requests * BATCH
         return {
-            "store": url.split(":", 1)[0], "requests": requests, "clients": clients, "spans": spans,
+            "store": url.split(":", 1)[0], "load": load, "requests": requests, "clients": clients, "spans": spans,
             "wall_s": round(wall, 2), "receiver_cpu_s": round(cpu, 2),
             "spans_per_s_wall": round(spans / wall), "spans_per_receiver_cpu_s": round(spans / cpu),
             "postgres_cpu_s": None if pg_before is None or pg_after is None else round(pg_after - pg_before, 2),
@@ -397,6 +428,7 @@ def main() -> None:
     parser.add_argument("--store", default="sqlite", help="sqlite (a new file), or a SQLAlchemy URL (emptied)")
     parser.add_argument("--requests", type=int, default=200)
     parser.add_argument("--clients", type=int, default=4)
+    parser.add_argument("--load", choices=LOADS, default="named", help="named (the goal's) or sessions (LOADS)")
     parser.add_argument("--seconds", type=float, default=30)
     parser.add_argument("--capacity", type=float, default=0, help="spans/s to double (default: measured)")
     parser.add_argument("--kills", type=int, default=50)
@@ -408,7 +440,7 @@ def main() -> None:
         return
     url = store_url(args.store)
     if args.mode == "throughput":
-        result = throughput(url, args.requests, args.clients)
+        result = throughput(url, args.requests, args.clients, args.load)
     elif args.mode == "overload":
         capacity = args.capacity or throughput(url, 60, args.clients)["spans_per_s_wall"]
         result = overload(store_url(args.store), args.seconds, capacity, 4 * args.clients)

@@ -160,14 +160,14 @@ def trace_transcript(
     if first is None:
         return None
     last = next(content for content in map(read, reversed(calls)) if content.input)
-    first_system, first_keys = _transcript_keys(first.input, first.system_instructions)
+    first_system, first_keys = _transcript_keys(first.input, first.system_instructions, reader)
     heads: list[str] = []
     digest = hashlib.blake2b(first_system.encode(), digest_size=16)
     for index, key in enumerate(first_keys):
         digest.update(b"\x1e" + key.encode())
         if index >= 1:
             heads.append(digest.copy().hexdigest())
-    last_system, last_keys = _transcript_keys(last.input + last.output[:1], last.system_instructions)
+    last_system, last_keys = _transcript_keys(last.input + last.output[:1], last.system_instructions, reader)
     tail = hashlib.blake2b(last_system.encode(), digest_size=16)
     for key in last_keys:
         tail.update(b"\x1e" + key.encode())
@@ -176,9 +176,10 @@ def trace_transcript(
     return TraceTranscript(tuple(heads), tail.hexdigest() if len(last_keys) >= 2 else None, awaiting)
 
 
-def _transcript_keys(messages: Sequence[TimedMessage], instructions: Sequence[str]) -> tuple[str, list[str]]:
+def _transcript_keys(messages: Sequence[TimedMessage], instructions: Sequence[str],
+                     cache: ReadCache) -> tuple[str, list[str]]:
     system = [*instructions, *(m.message.text for m in messages if m.message.role in SYSTEM_ROLES)]
-    keys = [message_key(m.message) for m in messages if m.message.role not in SYSTEM_ROLES]
+    keys = [cache.message_key(m.message, message_key) for m in messages if m.message.role not in SYSTEM_ROLES]
     return "\n\n".join(dict.fromkeys(t for t in system if t)), keys
 
 

@@ -68,6 +68,16 @@ class ReadCache:
         self._items: dict[tuple[str, str, str], tuple[tuple[SchemaIssue, ...], Any]] = {}
         self._values: dict[tuple[str, str, str, bool], AttributeRead[Any]] = {}
         self._arrays = ArrayScanner()
+        self._keys: dict[int, tuple[Message, str]] = {}
+
+    def message_key(self, message: Message, make: Callable[[Message], str]) -> str:
+        """``make(message)``, worked out once per message object: this cache hands out one object per distinct
+        item, so a history repeated in every input is keyed once (the object is held, so its id stays its own)."""
+        found = self._keys.get(id(message))
+        if found is None or found[0] is not message:
+            found = (message, make(message))
+            self._keys[id(message)] = found
+        return found[1]
 
     def scan_array(self, text: str) -> tuple[list[tuple[str, Any]] | None, bool]:
         """``ArrayScanner.scan``, sharing what this assembly has scanned already."""

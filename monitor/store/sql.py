@@ -46,6 +46,7 @@ from sqlalchemy.pool import StaticPool
 import monitor.store.retention as retention
 from monitor.assemble import TraceTranscript, conversation_key, trace_transcript
 from monitor.errors import StoreError
+from monitor.formats.genai import ReadCache
 from monitor.models import EvaluationResult, SpanRecord, utc_now
 from monitor.store.base import (
     BUCKET_SECONDS,
@@ -330,7 +331,9 @@ class SqlStore:
                 by_trace[span.trace_id].append(span)
             # Oldest first: a later trace of a session may join the conversation an earlier one of this batch began.
             ordered = sorted(by_trace.items(), key=lambda item: min((s.start_time, s.span_id) for s in item[1]))
-            transcripts = {trace: trace_transcript(group) for trace, group in ordered}
+            # One read cache for the batch: the traces of a session repeat its history in every model input.
+            cache = ReadCache()
+            transcripts = {trace: trace_transcript(group, cache) for trace, group in ordered}
             keys = self._conversation_keys(conn, ordered, transcripts)
             if new:
                 self._insert_rows(conn, spans_table, [
