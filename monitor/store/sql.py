@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import logging
+import operator
 import os
 import threading
 import time
@@ -362,11 +363,13 @@ class SqlStore:
         import psycopg
 
         columns = tuple(rows[0])
+        pick = operator.itemgetter(*columns)  # a tuple of the row's values in column order (two columns or more)
+        values = pick if len(columns) > 1 else lambda row: (pick(row),)
         statement = f"COPY {table.name} ({', '.join(columns)}) FROM STDIN"
         try:
             with driver.cursor() as cursor, cursor.copy(statement) as copy:
                 for row in rows:
-                    copy.write_row(tuple(row[column] for column in columns))
+                    copy.write_row(values(row))
         except psycopg.errors.IntegrityError as exc:
             # Another writer stored one of these rows first: the whole transaction is run again (``_retrying``).
             raise IntegrityError(statement, None, exc) from exc
