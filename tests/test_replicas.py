@@ -8,8 +8,10 @@ conversations were taken over once its lease expired.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -175,3 +177,35 @@ def test_three_replicas_one_killed_mid_evaluation_score_everything_exactly_once(
                          if case_of(r) in taken_over)
     assert first_takeover - killed_at >= lease * 2 / 3 - 0.5
     assert sum(calls[1].values()) > 0 and sum(calls[2].values()) > 0  # every replica judges
+
+
+def test_two_replicas_receiving_the_same_batches_at_once_store_each_span_once(url: str) -> None:
+    """Two receivers behind one Service, a Collector retrying to the other: the same batches committed at the same
+    moment. The loser of each race runs its transaction again and finds everything stored."""
+    one, two = SqlStore(url), SqlStore(url)
+    rounds, traces, per_trace = 25, 20, 4
+    batches = [[SpanRecord(trace_id=f"r{r}t{t}", span_id=f"s{s}", start_time=T0 + timedelta(seconds=r),
+                           attributes={"gen_ai.conversation.id": f"r{r}c{t % 5}"} if s == 0 else {})
+                for t in range(traces) for s in range(per_trace)] for r in range(rounds)]
+    start = threading.Barrier(2)
+
+    def send(store: SqlStore) -> int:
+        new = 0
+        for batch in batches:
+            start.wait()
+            new += store.add_spans("otlp_receiver", batch, "{}", "ignore").new
+        return new
+
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            stored = sum(f.result() for f in [pool.submit(send, one), pool.submit(send, two)])
+        assert stored == rounds * traces * per_trace
+        far = T0 + timedelta(days=1)
+        ready = one.ready_conversations(far, far)
+        assert len(ready) == rounds * 5
+        for pending in ready:
+            spans = one.spans_of(pending.key)
+            assert len(spans) == len({(s.trace_id, s.span_id) for s in spans}) == traces // 5 * per_trace
+    finally:
+        one.close()
+        two.close()
