@@ -9,6 +9,7 @@ from __future__ import annotations
 import gzip
 import http.client
 import json
+import os
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -33,6 +34,7 @@ from opentelemetry.trace import SpanKind
 from prometheus_client import CollectorRegistry
 
 from monitor.assemble import assemble
+from monitor.errors import ConfigError
 from monitor.formats.otlp import spans_to_otlp_document
 from monitor.metrics import MonitorMetrics
 from monitor.models import SpanRecord
@@ -275,6 +277,39 @@ def test_every_refusal_has_its_status_code_and_is_counted(tmp_path: Path) -> Non
                           "bad_gzip": 1, "too_large": 2, "bad_encoding": 1, "not_found": 1}
         assert target.count("rubric_monitor_receiver_requests_total", signal="traces", code="400") == 4
         assert target.stored_ids() == []
+
+
+def _replace(file: Path, text: str) -> None:
+    """As a Kubernetes Secret update does: the new file is written beside, then swapped in."""
+    beside = file.with_suffix(".new")
+    beside.write_text(text)
+    os.replace(beside, file)
+
+
+def test_a_rotated_token_takes_effect_without_a_restart(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    body = json_document([record(4, 1)])
+    with running(tmp_path) as target:
+        assert target.post("/v1/traces", body, "application/json")[0] == 200
+        _replace(tmp_path / "token", "rotated-token-2\n")
+        old = target.post("/v1/traces", body, "application/json")
+        new = target.post("/v1/traces", body, "application/json", {"Authorization": "Bearer rotated-token-2"})
+        assert (old[0], new[0]) == (401, 200)
+        # A file with no token in it (a botched update) leaves the last good token in force, said once.
+        _replace(tmp_path / "token", "")
+        for _ in range(3):
+            answer = target.post("/v1/traces", body, "application/json", {"Authorization": "Bearer rotated-token-2"})
+            assert answer[0] == 200
+        assert target.post("/v1/traces", body, "application/json", {"Authorization": "Bearer "})[0] == 401
+        assert [r.getMessage() for r in caplog.records if "stays in force" in r.getMessage()] == [
+            f"{tmp_path / 'token'}: source.token_file: the token file is empty; the token read before stays in force"]
+        assert target.rejections("unauthorized") == 2
+
+
+def test_an_empty_token_file_refuses_to_start(tmp_path: Path) -> None:
+    (tmp_path / "token").write_text("\n")
+    settings = OtlpReceiverSourceSettings(port=0, token_file=tmp_path / "token")
+    with pytest.raises(ConfigError, match="the token file is empty"):
+        OtlpReceiverSource(settings, MonitorMetrics(CollectorRegistry()))
 
 
 def test_a_token_is_required_off_loopback() -> None:

@@ -25,6 +25,7 @@ from monitor.settings.schema import (
     ReviewSettings,
     RubricSettings,
     SamplingSettings,
+    SecretFile,
     Settings,
     SilenceSettings,
     SourceSettings,
@@ -40,5 +41,5 @@ __all__ = [
     "MetricsSettings", "NotifierSettings", "OtlpFileSourceSettings", "OtlpReceiverSourceSettings", "PriceSettings",
     "RedactionSettings", "ReplicaSettings", "RetentionSettings", "ReviewSettings", "RubricSettings",
     "SamplingSettings", "Settings", "SilenceSettings", "SourceSettings", "StoreSettings", "WritebackSettings",
-    "check_one_line", "load_settings", "read_secret",
+    "SecretFile", "check_one_line", "load_settings", "read_secret",
 ]

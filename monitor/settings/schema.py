@@ -10,6 +10,7 @@ reads them). Each field's docstring is its documentation; the configuration tabl
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from pathlib import Path
@@ -29,6 +30,8 @@ from monitor.errors import ConfigError
 from monitor.formats.meaningful import MeaningfulModel as _Section
 from monitor.redaction import remember_secret, remember_url_password
 from monitor.slo.spec import SloSettings
+
+log = logging.getLogger(__name__)
 
 ENV_PREFIX = "RUBRIC_MONITOR_"
 
@@ -55,6 +58,47 @@ def read_secret(value: SecretStr | None, file: Path | None, field: str) -> str |
     check_one_line(secret, str(file), field)
     remember_secret(secret)
     return secret
+
+
+class SecretFile:
+    """A token in a file that may be replaced while the daemon runs (a Kubernetes Secret update swaps the mounted
+    file): ``current()`` reads it again when the file changed, so a token is rotated without a restart. A file
+    that cannot be read, or holds no token, refuses to start; replaced by such a file later, the last good token
+    stays in force and the problem is logged once."""
+
+    def __init__(self, file: Path, field: str) -> None:
+        self.file = file
+        self._field = field
+        self._seen = self._identity()
+        self._value = self._read()
+        self._refused: tuple[int, int, int] | None = None
+
+    def current(self) -> str:
+        seen = self._identity()
+        if seen == self._seen or seen == self._refused:
+            return self._value
+        try:
+            value = self._read()
+        except ConfigError as exc:
+            self._refused = seen
+            log.warning("%s; the token read before stays in force", exc)
+            return self._value
+        self._seen, self._value = seen, value
+        log.info("%s: a new token read from %s", self._field, self.file)
+        return value
+
+    def _identity(self) -> tuple[int, int, int] | None:
+        try:
+            found = self.file.stat()  # follows the mount's symlink to the file a Secret update replaces
+        except OSError:
+            return None
+        return found.st_ino, found.st_mtime_ns, found.st_size
+
+    def _read(self) -> str:
+        value = read_secret(None, self.file, self._field)
+        if not value:
+            raise ConfigError(str(self.file), self._field, "the token file is empty")
+        return value
 
 
 def check_one_line(secret: str, where: str, field: str) -> None:
@@ -159,7 +203,8 @@ class OtlpReceiverSourceSettings(_Section):
     """Port of the receiver (4318 is the OTLP/HTTP default; 0 picks a free one)."""
     token_file: Path | None = None
     """File holding the bearer token clients send (``Authorization: Bearer <token>``, e.g. through
-    ``OTEL_EXPORTER_OTLP_HEADERS``); required when ``host`` is not a loopback address."""
+    ``OTEL_EXPORTER_OTLP_HEADERS``); required when ``host`` is not a loopback address. Read again when the file
+    changes (a Secret update), so the token rotates without a restart."""
     max_request_bytes: int = Field(default=8 * 1024 * 1024, ge=1024, le=1024 * 1024 * 1024)
     """Largest request body, compressed and uncompressed; a larger one is answered 413."""
     max_pending_spans: int = Field(default=50_000, ge=1, le=10_000_000)

@@ -58,7 +58,7 @@ from monitor.formats.otlp import (
     parse_unix_nanos,
 )
 from monitor.models import SpanRecord
-from monitor.settings import OtlpReceiverSourceSettings, read_secret
+from monitor.settings import OtlpReceiverSourceSettings, SecretFile
 from monitor.sources.base import SourceBatch
 
 if TYPE_CHECKING:
@@ -531,7 +531,7 @@ class OtlpReceiverSource:
         self.name = name
         self.settings = settings
         self._metrics = metrics
-        self._token = read_secret(None, settings.token_file, "source.token_file")
+        self._token = SecretFile(settings.token_file, "source.token_file") if settings.token_file else None
         self._committer: SpanCommitter | None = None
         self._server: BoundedHTTPServer | None = None
         self._read_through: datetime | None = None
@@ -649,7 +649,8 @@ class OtlpReceiverSource:
             return
         given = handler.headers.get("Authorization") or ""
         scheme, _, token = given.partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), self._token.encode()):
+        expected = self._token.current().encode()
+        if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), expected):
             what = "no bearer token" if not given else "a wrong bearer token"
             raise RequestError(401, "unauthorized", f"the request carries {what}")
 
