@@ -42,7 +42,7 @@ import zlib
 from collections import Counter, deque
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler
 from typing import TYPE_CHECKING, Any
 
@@ -50,9 +50,7 @@ from monitor.daemon.http import HEAD_BYTES, BoundedHTTPServer, HTTPLimits
 from monitor.errors import ConfigError, StoreError
 from monitor.formats.json_text import MAX_NESTING
 from monitor.formats.otlp import (
-    MAX_UNIX_NANOS,
     SCOPE_NAME,
-    UNIX_EPOCH,
     OtlpFormatError,
     parse_otlp_document,
     parse_unix_nanos,
@@ -220,26 +218,20 @@ def _pb_span(span: Any, resource: dict[str, Any], scope_name: str, rejected: Cou
     trace_id = _pb_id(span.trace_id, 16, "traceId")
     span_id = _pb_id(span.span_id, 8, "spanId")
     parent = _pb_id(span.parent_span_id, 8, "parentSpanId") if span.parent_span_id else None
-    start = _pb_time(span.start_time_unix_nano, "startTimeUnixNano", "invalid_time")
-    end = _pb_time(span.end_time_unix_nano, "endTimeUnixNano", "invalid_time") if span.end_time_unix_nano else None
+    start = parse_unix_nanos(span.start_time_unix_nano, "startTimeUnixNano")
+    end = parse_unix_nanos(span.end_time_unix_nano, "endTimeUnixNano") if span.end_time_unix_nano else None
     events = []
     for event in span.events:
         try:
             events.append(SpanEvent(name=event.name, attributes=_pb_attributes(event.attributes, 0),
-                                    time=_pb_time(event.time_unix_nano, "event timeUnixNano", "invalid_event_time")))
+                                    time=parse_unix_nanos(event.time_unix_nano, "event timeUnixNano",
+                                                          reason="invalid_event_time")))
         except OtlpFormatError as exc:
             rejected[exc.reason] += 1
     return SpanRecord(trace_id=trace_id, span_id=span_id, parent_span_id=parent, name=span.name,
                       kind=_PB_KINDS.get(span.kind, "internal"), start_time=start, end_time=end,
                       attributes=_pb_attributes(span.attributes, 0), events=tuple(events), resource=resource,
                       status=_PB_STATUS.get(span.status.code, "unset"), scope=scope_name)
-
-
-def _pb_time(nanos: int, field: str, reason: str) -> datetime:
-    """A protobuf ``fixed64`` time: an int already, so only its range is checked (``parse_unix_nanos`` otherwise)."""
-    if 0 < nanos <= MAX_UNIX_NANOS:
-        return UNIX_EPOCH + timedelta(microseconds=nanos // 1000)
-    return parse_unix_nanos(nanos, field, reason=reason)
 
 
 _SCALARS = frozenset({"string_value", "int_value", "bool_value", "double_value"})
