@@ -84,9 +84,6 @@ class SpanRecord(_Frozen):
         """``gen_ai.conversation.id``, ``gen_ai.thread.id`` (Azure SDKs), ``session.id`` (OpenInference) or
         ``microsoft.gen_ai.main_agent.conversation_id`` (propagated by the Azure Monitor distro)."""
         attributes = self.attributes
-        value = attributes.get("gen_ai.conversation.id")  # the current convention's key: the usual answer
-        if value:
-            return str(value)
         for key in CONVERSATION_ID_KEYS:
             value = attributes.get(key)
             if value:

@@ -8,7 +8,6 @@ import asyncio
 import base64
 import json
 import ssl
-import threading
 from collections.abc import Awaitable, Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -16,7 +15,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-import trustme
 from prometheus_client import CollectorRegistry
 from pydantic import SecretStr
 
@@ -34,6 +32,7 @@ from monitor.models import Conversation, EvaluationResult, Message, Part
 from monitor.rubrics.evaluator_kinds import GeckoRubric
 from monitor.rubrics.loader import parse_rubric
 from monitor.settings import JudgeSettings, MediaSettings
+from tests.fakes.http import LocalServer, tls_context
 from tests.fakes.openai_server import Recorded, Reply, ScriptedOpenAIServer, completion
 
 T = TypeVar("T")
@@ -149,13 +148,8 @@ def media_server(payloads: dict[str, tuple[bytes, str]], tls: ssl.SSLContext | N
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     if tls is not None:
         server.socket = tls.wrap_socket(server.socket, server_side=True)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
+    with LocalServer(server):
         yield f"{'https' if tls else 'http'}://127.0.0.1:{server.server_address[1]}", asked
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def test_inline_image_reaches_the_judge_and_the_score_is_the_share_of_yes() -> None:
@@ -296,11 +290,8 @@ def test_a_file_part_is_read_from_the_media_directory(tmp_path: Path) -> None:
 
 
 def test_an_https_host_is_fetched_at_its_checked_address_with_its_own_name(tmp_path: Path) -> None:
-    authority = trustme.CA()
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    authority.issue_cert("localhost").configure_cert(context)  # valid for the name only, not for 127.0.0.1
     ca = tmp_path / "ca.pem"
-    authority.cert_pem.write_to_path(str(ca))
+    context = tls_context(ca, "localhost")  # valid for the name only, not for 127.0.0.1
     with media_server({"/fox.png": (PNG, "image/png")}, context) as (root, asked), \
             ScriptedOpenAIServer(judge_handler(["yes", "yes", "yes"])) as server:
         url = root.replace("127.0.0.1", "localhost") + "/fox.png"

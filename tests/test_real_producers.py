@@ -113,23 +113,39 @@ def _normal(steps: list[Step]) -> list[Step]:
             for s in steps]
 
 
-def _stored_conversations(path: Path) -> tuple[list[Conversation], dict[str, int]]:
-    """The conversations the daemon would judge: one store batch per line, then each ready key assembled."""
+def _add(rejected: dict[str, int], more: dict[str, int]) -> None:
+    for reason, count in more.items():
+        rejected[reason] = rejected.get(reason, 0) + count
+
+
+def stored_otlp_file(path: Path) -> tuple[InMemoryStore, dict[str, int]]:
+    """``path`` stored as the daemon stores it: one store batch per line; with what parsing rejected."""
     store = InMemoryStore()
     rejected: dict[str, int] = {}
     for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         spans, line_rejected = parse_otlp_line(line)
-        for reason, count in line_rejected.items():
-            rejected[reason] = rejected.get(reason, 0) + count
+        _add(rejected, line_rejected)
         store.add_spans("otlp_file", spans, f"line {number}", "ignore")
+    return store, rejected
+
+
+def assembled(store: InMemoryStore, rejected: dict[str, int] | None = None
+              ) -> tuple[list[Conversation], dict[str, int]]:
+    """The conversations the daemon would judge once every one is idle: each ready key assembled, its
+    rejections added to ``rejected``."""
+    rejected = {} if rejected is None else rejected
     far = datetime(2100, 1, 1, tzinfo=UTC)
-    conversations = []
+    conversations: list[Conversation] = []
     for pending in store.ready_conversations(far, far):
         assembly = assemble(store.spans_of(pending.key), key=pending.key)
-        for reason, count in assembly.rejected.items():
-            rejected[reason] = rejected.get(reason, 0) + count
+        _add(rejected, assembly.rejected)
         conversations.extend(assembly.conversations)
     return conversations, rejected
+
+
+def _stored_conversations(path: Path) -> tuple[list[Conversation], dict[str, int]]:
+    """The conversations the daemon would judge: one store batch per line, then each ready key assembled."""
+    return assembled(*stored_otlp_file(path))
 
 
 @pytest.mark.parametrize("path", FIXTURES, ids=_name)

@@ -26,7 +26,6 @@ from typing import Any
 
 import pytest
 
-from monitor.assemble import assemble
 from monitor.formats.otlp import parse_otlp_line
 from monitor.models import Conversation
 from monitor.settings import AppInsightsSourceSettings
@@ -44,16 +43,11 @@ from tests.app_insights_helpers import (
     serve_rows,
     settings_for,
 )
-from tests.conftest import REPO
 from tests.fakes.log_analytics import FakeLogAnalytics
+from tests.test_real_producers import DATA, KNOWN_PRODUCER_GAPS, assembled, stored_otlp_file
 from tools.spans_to_app_insights import AppInsightsRows, Schema, envelopes_to_rows, spans_to_rows
 
-DATA = REPO / "tests" / "data" / "producers"
 CONFIGS = sorted(p.name.removesuffix(".envelopes.jsonl") for p in DATA.glob("*.envelopes.jsonl"))
-FAR = datetime(2100, 1, 1, tzinfo=UTC)
-
-# The OTLP path itself cannot place these (tests/test_real_producers.py): nothing to compare.
-KNOWN_PRODUCER_GAPS = {"openllmetry-events-openai"}
 
 
 @pytest.fixture(autouse=True)
@@ -72,24 +66,10 @@ def _envelopes(config: str) -> list[dict[str, Any]]:
             if line.strip()]
 
 
-def _assembled(store: InMemoryStore) -> tuple[list[Conversation], dict[str, int]]:
-    conversations: list[Conversation] = []
-    rejected: dict[str, int] = {}
-    for pending in store.ready_conversations(FAR, FAR):
-        assembly = assemble(store.spans_of(pending.key), key=pending.key)
-        for reason, count in assembly.rejected.items():
-            rejected[reason] = rejected.get(reason, 0) + count
-        conversations.extend(assembly.conversations)
-    return conversations, rejected
-
-
 @functools.cache
 def _over_otlp(config: str) -> tuple[list[Conversation], dict[str, int]]:
-    store = InMemoryStore()
-    for number, line in enumerate((DATA / f"{config}.otlp.jsonl").read_text("utf-8").splitlines(), 1):
-        spans, _ = parse_otlp_line(line)
-        store.add_spans("otlp_file", spans, f"line {number}", "ignore")
-    return _assembled(store)
+    store, _ = stored_otlp_file(DATA / f"{config}.otlp.jsonl")
+    return assembled(store)
 
 
 _MARKER = re.compile(r'isnotempty\(tostring\((?:Properties|customDimensions)\["([^"]+)"\]\)\)')
@@ -140,10 +120,7 @@ def _through_app_insights(fake: FakeLogAnalytics, config: str, schema: Schema,
     finally:
         source.close()
     assert cycle.error is None, cycle.error
-    conversations, rejected = _assembled(store)
-    for reason, count in cycle.rejected.items():
-        rejected[reason] = rejected.get(reason, 0) + count
-    return conversations, rejected
+    return assembled(store, dict(cycle.rejected))
 
 
 def _comparable(conversation: Conversation) -> dict[str, Any]:
@@ -152,7 +129,7 @@ def _comparable(conversation: Conversation) -> dict[str, Any]:
     return {
         "messages": [m.model_dump(mode="json") for m in conversation.messages],
         "system_instructions": conversation.system_instructions,
-            "id": conversation.id,
+        "id": conversation.id,
         "agent": conversation.agent,
         "tools": [t.model_dump(mode="json") for t in conversation.tool_definitions],
         "tokens": (conversation.input_tokens, conversation.output_tokens),
@@ -258,7 +235,7 @@ def test_the_propagated_main_agent_conversation_id_groups_the_traces(fake: FakeL
     assert cycle.error is None and cycle.rejected == {}
     query = fake.query_requests[0].query
     assert 'isnotempty(tostring(customDimensions["microsoft.gen_ai.main_agent.conversation_id"]))' in query
-    conversations, _ = _assembled(store)
+    conversations, _ = assembled(store)
     assert [c.id for c in conversations] == ["conv_main_agent_7"]
     assert len(conversations[0].trace_ids) == 2
 

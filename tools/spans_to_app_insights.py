@@ -451,11 +451,15 @@ def spans_to_rows(
     spans: Iterable[SpanRecord], schema: Schema = "classic", *, ingestion: Ingestion | None = None
 ) -> AppInsightsRows:
     """Every span and span event as the row the query API would return for it."""
+    return _rows(envelopes(spans), schema, ingestion)
+
+
+def _rows(items: Iterable[Envelope], schema: Schema, ingestion: Ingestion | None) -> AppInsightsRows:
     where = ingestion or Ingestion()
     to_row = classic_row if schema == "classic" else workspace_row
     result = AppInsightsRows(schema=schema)
     tables = TABLE_NAMES[schema]
-    for envelope in envelopes(spans):
+    for envelope in items:
         result.add(tables[envelope.item], to_row(envelope, where))
     return result
 
@@ -519,15 +523,8 @@ def envelopes_to_rows(
     items: Iterable[Mapping[str, Any]], schema: Schema = "classic", *, ingestion: Ingestion | None = None
 ) -> AppInsightsRows:
     """The rows ingestion makes of the exporter's envelopes, in one layout."""
-    where = ingestion or Ingestion()
-    to_row = classic_row if schema == "classic" else workspace_row
-    result = AppInsightsRows(schema=schema)
-    tables = TABLE_NAMES[schema]
-    for item in items:
-        envelope = envelope_from_track(item)
-        if envelope is not None:
-            result.add(tables[envelope.item], to_row(envelope, where))
-    return result
+    tracked = (envelope_from_track(item) for item in items)
+    return _rows((envelope for envelope in tracked if envelope is not None), schema, ingestion)
 
 
 def _json_default(value: Any) -> Any:

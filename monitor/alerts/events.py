@@ -6,6 +6,7 @@ baseline starts) or ``test`` (``rubric-monitor notify test``). The generic webho
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 from urllib.parse import quote
@@ -72,10 +73,10 @@ def example_dicts(examples: list[Example], link_template: str | None) -> list[di
         if link_template:
             try:
                 # Ids come from traces: encoded, one cannot add a query parameter, a fragment or a path.
+                conversation_id = quote(example.conversation_id, safe="")
                 link = link_template.format(trace_id=quote(trace_id, safe=""),
                                             operation_id=quote(example.operation_id, safe=""),
-                                            conversation_id=quote(example.conversation_id, safe=""),
-                                            conversation_id_url=quote(example.conversation_id, safe=""))
+                                            conversation_id=conversation_id, conversation_id_url=conversation_id)
             except (KeyError, IndexError, ValueError):
                 link = None  # a template with an unknown placeholder: the example is still named
         out.append({"conversation_id": example.conversation_id, "trace_id": trace_id,
@@ -175,10 +176,12 @@ def probe_event(at: datetime, generator_url: str) -> dict[str, Any]:
     }
 
 
-def example_lines(event: dict[str, Any]) -> list[str]:
+def example_lines(event: dict[str, Any], text: Callable[[str], str] = str,
+                  link: Callable[[str], str] = str) -> list[str]:
+    """One line per example; ``text`` and ``link`` show the names and the link in a notifier's markup."""
     lines = []
     for example in event.get("examples") or []:
-        name = f"{example['conversation_id']} (operation_Id {example['operation_id']})"
+        name = text(f"{example['conversation_id']} (operation_Id {example['operation_id']})")
         score = "" if example.get("score") is None else f" score {example['score']:.2f}"
-        lines.append(f"{name}{score}" + (f" {example['link']}" if example.get("link") else ""))
+        lines.append(f"{name}{score}" + (f" {link(example['link'])}" if example.get("link") else ""))
     return lines

@@ -61,7 +61,7 @@ class OutboxItem:
 class AlertStore:
     def __init__(self, store: SqlStore, windows: WindowCounts | None = None) -> None:
         self._store = store
-        self.windows = windows or WindowCounts()
+        self._windows = windows or WindowCounts()
 
     # reads -------------------------------------------------------------------------------------------------------
 
@@ -78,8 +78,8 @@ class AlertStore:
         earliest = until - max(seconds for _, seconds in windows) - baseline_seconds
         with without_cyclic_gc():
             with self._store.transaction() as conn:
-                self.windows.refresh(conn, earliest, until)
-            return self.windows.count(windows, baseline_seconds, until)
+                self._windows.refresh(conn, earliest, until)
+            return self._windows.count(windows, baseline_seconds, until)
 
     def examples(self, rubric: str, agent: str, config: JudgeConfig | None, since: float, limit: int = 5
                  ) -> list[Example]:

@@ -69,7 +69,7 @@ class WindowCounts:
         self.spare_keys = spare_keys
         """Configurations no longer held are forgotten once they outnumber those held by this many."""
         self.parts_read: list[int] = []
-        """The rows of each part of scores converted to arrays, in order."""
+        """The rows of each part of scores converted to arrays by the last read, in order."""
         self.compactions = 0
         """How many times configurations no longer held were forgotten."""
         self._keys: dict[ConfigKey, int] = {}
@@ -128,6 +128,7 @@ class WindowCounts:
         # when its id was read, and a result superseded since drops out at the next cycle, scores and all. Rows
         # come in parts, so a first read of millions of scores never holds them all as Python rows.
         streamed = conn.execution_options(yield_per=self.part_rows)
+        self.parts_read = []  # the last read's only: the daemon reads every cycle
         if len(new) > _FETCH_BY_ID:
             in_range = and_(r.evaluated_ts >= since, r.evaluated_ts <= until)
             result_parts: Iterable[Sequence[Any]] = streamed.execute(

@@ -74,9 +74,8 @@ def _assemble(spans: Iterable[SpanRecord], one_key: str | None = None) -> Assemb
     contents: dict[SpanKey, SpanContent] = {}
     by_key: dict[str, list[list[SpanRecord]]] = defaultdict(list)
     if one_key is not None:
-        by_key[one_key] = list(by_trace.values()) if by_trace else []
-        if not by_trace:
-            del by_key[one_key]
+        if by_trace:
+            by_key[one_key] = list(by_trace.values())
     else:
         for key, trace_spans in _group_traces(list(by_trace.values()), cache, contents):
             by_key[key].append(trace_spans)
@@ -105,7 +104,7 @@ def _group_traces(
     its first model input extends (a session without a conversation id, one trace per agent run or per model
     call), else its own trace id."""
     keyed = [(conversation_key(trace), trace) for trace in traces]
-    if sum(1 for key, trace in keyed if key == trace[0].trace_id) == 0 or len(keyed) < 2:
+    if len(keyed) < 2 or not any(key == trace[0].trace_id for key, trace in keyed):
         return keyed
     keyed.sort(key=lambda item: min((s.start_time, s.span_id) for s in item[1]))
     tails: dict[str, str] = {}
@@ -147,13 +146,12 @@ def trace_transcript(
     calls = sorted((s for s in folded if operation_of(s) in INFERENCE_OPERATIONS and may_hold_input(s)),
                    key=lambda s: (s.start_time, s.span_id))
     reader = cache or ReadCache()
+    known: dict[SpanKey, SpanContent] = {} if contents is None else contents
 
     def read(span: SpanRecord) -> SpanContent:
-        found = contents.get((span.trace_id, span.span_id)) if contents is not None else None
+        found = known.get((span.trace_id, span.span_id))
         if found is None:
-            found = read_span_content(span, cache=reader)
-            if contents is not None:
-                contents[(span.trace_id, span.span_id)] = found
+            found = known[(span.trace_id, span.span_id)] = read_span_content(span, cache=reader)
         return found
 
     first = next((content for content in map(read, calls) if content.input), None)
@@ -272,7 +270,7 @@ def operation_of(span: SpanRecord) -> str | None:
     model calls of conventions that name them otherwise (OpenInference, OpenLLMetry 0.4x, Semantic Kernel's
     ``chat.completions``) are ``chat``."""
     operation = span.operation
-    if operation and operation in _KNOWN_OPERATIONS:
+    if operation in _KNOWN_OPERATIONS:
         return operation  # the current conventions' values: no alias to look up
     aliased = inference_operation(span)
     if aliased is not None:

@@ -68,10 +68,10 @@ def format_status(found: ShadowStatus) -> str:
              f"{_fmt(found.score_shift)} (candidate - active), pass/fail flips {_fmt(found.flips)}"]
     for name, measured in (("candidate", found.candidate_agreement), ("active", found.active_agreement)):
         verdict = pass_fail(measured)
-        if verdict is None:
+        if measured is None or verdict is None:
             lines.append(f"  {name}: no labelled conversation")
             continue
-        dims = "" if measured is None else ", ".join(
+        dims = ", ".join(
             f"{d} weighted kappa {_fmt(m.value)}" for (d, measure), m in measured.measures.items()
             if measure == "weighted_kappa")
         lines.append(f"  {name}: pass/fail agreement {_fmt(verdict.value)} [{_fmt(verdict.lower)}, "
@@ -114,7 +114,7 @@ def cmd_promote(args: argparse.Namespace) -> int:
     directory = settings.rubrics.directory
     registry = RubricRegistry(directory, builtin_version)
     registry.load()
-    target = registry.sources().get(rubric.name) or directory / f"{args.rubric_file.stem}{args.rubric_file.suffix}"
+    target = registry.sources().get(rubric.name) or directory / args.rubric_file.name
     # Written whole or not at all: the daemon's registry re-reads the directory while we write.
     text = args.rubric_file.read_bytes()
     handle, temporary = tempfile.mkstemp(dir=target.parent, prefix=".promote-")

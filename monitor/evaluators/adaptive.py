@@ -59,23 +59,25 @@ CONTEXT_CHARS = 600
 """Metrics that do not read the agent's setup in full still see this much of its instructions, and of the agent
 message a request answers: enough to tell what the request is about, without doubling the prompt."""
 
+ITEMS_SCHEMA: dict[str, Any] = {
+    "type": "array",
+    "items": {
+        "type": "object",
+        "properties": {
+            "question": {"type": "string"},
+            "importance": {"type": "string", "enum": list(IMPORTANCE)},
+            "checks": {"type": "string"},
+        },
+        "required": ["question", "importance", "checks"],
+        "additionalProperties": False,
+    },
+}
+"""The generated checklist ``parse_items`` reads (adaptive rubrics and Gecko's questions)."""
 GENERATION_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
         "intents": {"type": "array", "items": {"type": "string"}},
-        "items": {
-            "type": "array",
-            "items": {
-                "type": "object",
-                "properties": {
-                    "question": {"type": "string"},
-                    "importance": {"type": "string", "enum": list(IMPORTANCE)},
-                    "checks": {"type": "string"},
-                },
-                "required": ["question", "importance", "checks"],
-                "additionalProperties": False,
-            },
-        },
+        "items": ITEMS_SCHEMA,
     },
     "required": ["intents", "items"],
     "additionalProperties": False,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -232,11 +232,12 @@ def unscored_result(
     problem: str,
     reason: str,
     truncated: bool = False,
+    details: Mapping[str, Any] | None = None,
 ) -> EvaluationResult:
     """A result that records why there is no verdict (``unscored_reason``), never a made-up low score."""
     threshold = getattr(rubric, "pass_threshold", None)
     return EvaluationResult(
-        outcome="unscored", unscored_reason=problem, reason=reason,
+        outcome="unscored", unscored_reason=problem, reason=reason, details=dict(details or {}),
         **result_fields(conversation, rubric, threshold, context, turn_index, usage, truncated),
     )
 

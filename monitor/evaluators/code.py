@@ -182,7 +182,6 @@ class CodeEvaluator:
                 outcome = RunOutcome(problem="invalid_result", detail=str(exc), isolation=outcome.isolation)
             else:
                 return scored_result(conversation, rubric, context, target, usage, values, reason, extra)
-        result = unscored_result(conversation, rubric, context, target.turn_index, usage,
-                                 f"{outcome.problem}: {outcome.detail}", f"Unscored: the grader failed "
-                                 f"({outcome.problem}): {outcome.detail}")
-        return result.model_copy(update={"details": {**result.details, **extra}})
+        return unscored_result(conversation, rubric, context, target.turn_index, usage,
+                               f"{outcome.problem}: {outcome.detail}", f"Unscored: the grader failed "
+                               f"({outcome.problem}): {outcome.detail}", details=extra)

@@ -108,20 +108,18 @@ class EndpointEvaluator:
         extra = {"endpoint": {"status": status, "attempts": attempts}}
         if status >= 400:
             detail = payload[:300].decode("utf-8", errors="replace")
-            result = unscored_result(conversation, rubric, context, target.turn_index, usage,
-                                     f"endpoint_rejected: HTTP {status}",
-                                     f"Unscored: the evaluator service answered HTTP {status}: {detail}")
-            return result.model_copy(update={"details": {**result.details, **extra}})
+            return unscored_result(conversation, rubric, context, target.turn_index, usage,
+                                   f"endpoint_rejected: HTTP {status}",
+                                   f"Unscored: the evaluator service answered HTTP {status}: {detail}", details=extra)
         try:
             if len(payload) > MAX_REPLY_BYTES:
                 raise InvalidReply(f"the reply is over {MAX_REPLY_BYTES} bytes")
             values, reason = parse_metrics(rubric, json.loads(payload))
         except (InvalidReply, ValueError, RecursionError) as exc:
             problem = str(exc) if isinstance(exc, InvalidReply) else f"the reply is not JSON ({type(exc).__name__})"
-            result = unscored_result(conversation, rubric, context, target.turn_index, usage,
-                                     f"invalid_reply: {problem}", f"Unscored: invalid reply from the evaluator "
-                                     f"service: {problem}")
-            return result.model_copy(update={"details": {**result.details, **extra}})
+            return unscored_result(conversation, rubric, context, target.turn_index, usage,
+                                   f"invalid_reply: {problem}", f"Unscored: invalid reply from the evaluator "
+                                   f"service: {problem}", details=extra)
         return scored_result(conversation, rubric, context, target, usage, values, reason, extra)
 
     async def _post(self, rubric: EndpointEvaluatorRubric, body: dict[str, Any]) -> tuple[int, bytes, int]:

@@ -15,7 +15,6 @@ the desirable value. With no rule at all, the primary metric's 0 to 1 score is c
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -259,7 +258,3 @@ def missing_data(
 ) -> EvaluationResult:
     return unscored_result(conversation, rubric, context, target.turn_index, JudgeUsage(), "missing_field",
                            f"Unscored: {problem} (data_schema).")
-
-
-def to_json(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)

@@ -21,7 +21,7 @@ import hashlib
 import json
 from typing import Any
 
-from monitor.evaluators.adaptive import normalise, parse_items, parse_verdicts, validation_schema
+from monitor.evaluators.adaptive import ITEMS_SCHEMA, normalise, parse_items, parse_verdicts, validation_schema
 from monitor.evaluators.base import (
     EvaluationContext,
     JudgeUsage,
@@ -67,14 +67,7 @@ SHOWN = {
 
 GECKO_GENERATION_SCHEMA: dict[str, Any] = {
     "type": "object",
-    "properties": {"items": {"type": "array", "items": {
-        "type": "object",
-        "properties": {"question": {"type": "string"},
-                       "importance": {"type": "string", "enum": ["high", "medium", "low"]},
-                       "checks": {"type": "string"}},
-        "required": ["question", "importance", "checks"],
-        "additionalProperties": False,
-    }}},
+    "properties": {"items": ITEMS_SCHEMA},
     "required": ["items"],
     "additionalProperties": False,
 }

@@ -23,7 +23,7 @@ import hashlib
 import json
 import math
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -88,31 +88,44 @@ def parse_otlp_document(doc: Mapping[str, Any]) -> ParseResult:
         return [], {"missing_resource_spans": 1}
     if isinstance(resource_logs, list):
         _parse_resource_logs(resource_logs, spans, rejected)
-    for resource_span in resource_spans if isinstance(resource_spans, list) else ():
-        if not isinstance(resource_span, dict):
-            rejected["malformed_resource_spans"] += 1
+    # instrumentationLibrarySpans is the pre-1.0 name of scopeSpans; old collectors still write it.
+    scoped = _scoped(resource_spans if isinstance(resource_spans, list) else [],
+                     ("scopeSpans", "instrumentationLibrarySpans", "spans"), "spans", rejected)
+    for resource, scope_name, raw in scoped:
+        try:
+            spans.append(_parse_span(raw, resource, scope_name, rejected))
+        except OtlpFormatError as exc:
+            rejected[exc.reason] += 1
+        except (TypeError, ValueError, OverflowError, RecursionError):
+            # A field of the wrong type, size or depth ("events": 5, "values": 5): this span only.
+            rejected["malformed_span"] += 1
+    return spans, dict(rejected)
+
+
+def _scoped(
+    resources: list[Any], keys: tuple[str, str, str], what: str, rejected: Counter[str]
+) -> Iterator[tuple[dict[str, Any], str, Any]]:
+    """(resource attributes, scope name, raw item) of each item under ``resources``: ``keys`` name the scope list
+    (current and pre-1.0 name) and the item list of a scope. A malformed resource or scope is counted
+    (``malformed_resource_{what}``, ``malformed_scope_{what}``) and passed over."""
+    scopes_key, old_scopes_key, items_key = keys
+    for entry in resources:
+        if not isinstance(entry, dict):
+            rejected[f"malformed_resource_{what}"] += 1
             continue
-        resource = _resource_attributes(resource_span, rejected)
-        # instrumentationLibrarySpans is the pre-1.0 name of scopeSpans; old collectors still write it.
-        scopes = resource_span.get("scopeSpans", resource_span.get("instrumentationLibrarySpans", []))
+        resource = _resource_attributes(entry, rejected)
+        scopes = entry.get(scopes_key, entry.get(old_scopes_key, []))
         if not isinstance(scopes, list):
-            rejected["malformed_scope_spans"] += 1
+            rejected[f"malformed_scope_{what}"] += 1
             continue
         for scope in scopes:
-            raw_spans = scope.get("spans", []) if isinstance(scope, dict) else None
-            if not isinstance(raw_spans, list):
-                rejected["malformed_scope_spans"] += 1
+            raw_items = scope.get(items_key, []) if isinstance(scope, dict) else None
+            if not isinstance(raw_items, list):
+                rejected[f"malformed_scope_{what}"] += 1
                 continue
             scope_name = _scope_name(scope)
-            for raw in raw_spans:
-                try:
-                    spans.append(_parse_span(raw, resource, scope_name, rejected))
-                except OtlpFormatError as exc:
-                    rejected[exc.reason] += 1
-                except (TypeError, ValueError, OverflowError, RecursionError):
-                    # A field of the wrong type, size or depth ("events": 5, "values": 5): this span only.
-                    rejected["malformed_span"] += 1
-    return spans, dict(rejected)
+            for raw in raw_items:
+                yield resource, scope_name, raw
 
 
 def _scope_name(scope: Mapping[str, Any]) -> str:
@@ -124,31 +137,17 @@ def _scope_name(scope: Mapping[str, Any]) -> str:
 
 
 def _parse_resource_logs(resource_logs: list[Any], records: list[SpanRecord], rejected: Counter[str]) -> None:
-    for resource_log in resource_logs:
-        if not isinstance(resource_log, dict):
-            rejected["malformed_resource_logs"] += 1
-            continue
-        resource = _resource_attributes(resource_log, rejected)
-        scopes = resource_log.get("scopeLogs", resource_log.get("instrumentationLibraryLogs", []))
-        if not isinstance(scopes, list):
-            rejected["malformed_scope_logs"] += 1
-            continue
-        for scope in scopes:
-            raw_records = scope.get("logRecords", []) if isinstance(scope, dict) else None
-            if not isinstance(raw_records, list):
-                rejected["malformed_scope_logs"] += 1
-                continue
-            scope_name = _scope_name(scope)
-            for raw in raw_records:
-                try:
-                    record = _parse_log_record(raw, resource, scope_name)
-                except OtlpFormatError as exc:
-                    rejected[exc.reason] += 1
-                except (TypeError, ValueError, OverflowError, RecursionError):
-                    rejected["malformed_log_record"] += 1
-                else:
-                    if record is not None:
-                        records.append(record)
+    scoped = _scoped(resource_logs, ("scopeLogs", "instrumentationLibraryLogs", "logRecords"), "logs", rejected)
+    for resource, scope_name, raw in scoped:
+        try:
+            record = _parse_log_record(raw, resource, scope_name)
+        except OtlpFormatError as exc:
+            rejected[exc.reason] += 1
+        except (TypeError, ValueError, OverflowError, RecursionError):
+            rejected["malformed_log_record"] += 1
+        else:
+            if record is not None:
+                records.append(record)
 
 
 def _parse_log_record(raw: Any, resource: dict[str, Any], scope_name: str) -> SpanRecord | None:

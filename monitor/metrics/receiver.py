@@ -10,7 +10,6 @@ REQUEST_REJECTIONS = ("unauthorized", "not_found", "method_not_allowed", "unsupp
                       "bad_gzip", "bad_encoding", "bad_protobuf", "bad_json", "bad_length", "read_timeout",
                       "pending_full", "store_behind", "store_error", "too_many_connections", "shutting_down")
 """Reasons of ``rubric_monitor_receiver_rejections_total`` (pre-created at zero)."""
-SIGNALS = ("traces", "logs")
 
 
 class ReceiverMetrics:

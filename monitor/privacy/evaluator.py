@@ -62,13 +62,10 @@ class PrivateEvaluator:
         self.store_content = store_content
         self.memo = memo or RedactionMemo(redactor)
 
-    async def redacted(self, conversation: Conversation) -> Redacted:
-        return await self.memo.redacted(conversation)
-
     async def evaluate(self, conversation: Conversation, rubric: Any, context: EvaluationContext
                        ) -> list[EvaluationResult]:
         surfaces = self.redactor.surfaces
-        redacted = await self.redacted(conversation) if self.redactor.enabled else None
+        redacted = await self.memo.redacted(conversation) if self.redactor.enabled else None
         shown = conversation
         if redacted is not None and "judge_prompt" in surfaces:
             shown = redacted.conversation

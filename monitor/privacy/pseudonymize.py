@@ -111,9 +111,11 @@ class Pseudonymizer:
                 for m in found]
 
     def redact(self, text: str) -> str:
-        if not text:
-            return text
-        found = self.matches(text)
+        return self._replace(text, self.matches(text)) if text else text
+
+    def _replace(self, text: str, found: Sequence[Match]) -> str:
+        """``text`` with each match replaced by its placeholder; ``text`` itself (the same object) when there is
+        none: the redactor tells changed texts by identity."""
         if not found:
             return text
         out: list[str] = []
@@ -138,19 +140,8 @@ class Pseudonymizer:
             if isinstance(entry, Forced):
                 self.counts[entry.recognizer] += 1
                 out.append(self.placeholder(entry.label, entry.key))
-                continue
-            if not found:
-                out.append(entry)
-                continue
-            pieces: list[str] = []
-            at = 0
-            for match in found:
-                pieces.append(entry[at:match.start])
-                pieces.append(self.placeholder(match.label, match.key))
-                self.counts[match.recognizer] += 1
-                at = match.end
-            pieces.append(entry[at:])
-            out.append("".join(pieces))
+            else:
+                out.append(self._replace(entry, found))
         return out
 
     def _matches_per_entry(self, texts: Sequence[str | Forced]) -> list[list[Match]]:

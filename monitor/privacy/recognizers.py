@@ -216,10 +216,6 @@ def _phone(text: str) -> str | None:
     return ("+" if text.lstrip().startswith("+") else "") + digits
 
 
-def _ipv4(text: str) -> str | None:
-    return text
-
-
 def _ipv6(text: str) -> str | None:
     if text.count(":") < 2 or not any(ch.isalnum() for ch in text):
         return None
@@ -304,12 +300,11 @@ BUILTIN: dict[str, TextRecognizer] = {r.name: r for r in (
     Recognizer("iban", "IBAN", _IBAN, _iban),
     Recognizer("card", "CARD", _CARD, _card),
     Recognizer("phone", "PHONE", _PHONE, _phone, _PHONE_SPOTS),
-    Recognizer("ipv4", "IP", _IPV4, _ipv4, _IPV4_SPOTS),
+    Recognizer("ipv4", "IP", _IPV4, _as_is, _IPV4_SPOTS),
     Recognizer("ipv6", "IP", _IPV6, _ipv6, _IPV6_SPOTS),
 )}
 """In priority order: where two matches overlap, the earlier recognizer (then the longer match) wins."""
 
-BUILTIN_NAMES: tuple[str, ...] = tuple(BUILTIN)
 SHORTEST_VALUE = 6
 """No built-in recognizer matches fewer characters (``a@b.co``): shorter JSON strings are not looked at."""
 

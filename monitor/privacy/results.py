@@ -170,15 +170,15 @@ def strip_content(result: EvaluationResult, *conversations: Conversation) -> Eva
     })
 
 
-def _drop_content(value: Any, dropped: list[str], key: str | None = None) -> Any:
+def _drop_content(value: Any, dropped: list[str]) -> Any:
     if isinstance(value, dict):
         kept: dict[str, Any] = {}
         for k, v in value.items():
             if k in CONTENT_DETAIL_KEYS:
                 dropped.extend(_strings(v))
                 continue
-            kept[k] = _drop_content(v, dropped, k)
+            kept[k] = _drop_content(v, dropped)
         return kept
     if isinstance(value, list):
-        return [_drop_content(v, dropped, key) for v in value]
+        return [_drop_content(v, dropped) for v in value]
     return value

@@ -128,16 +128,13 @@ def _score(value: float | None) -> str:
     return "–" if value is None else f"{value:.2f}"
 
 
-def rows_table(page: Page, filters: Filters, with_reason: bool) -> str:
+def rows_table(page: Page, filters: Filters) -> str:
     if not page.rows:
         return '<p class="empty">Nothing here with these filters.</p>'
     head = ("<table class=\"rows\"><thead><tr><th>Evaluated (UTC)</th><th>Rubric</th><th>Agent</th><th>Judge</th>"
             "<th>Score</th><th>Why queued</th><th>Labels</th><th>Conversation</th></tr></thead><tbody>")
-    body = []
     back = filter_query(filters)
-    for row in page.rows:
-        body.append(_row(row, back))
-    return head + "".join(body) + "</tbody></table>"
+    return head + "".join(_row(row, back) for row in page.rows) + "</tbody></table>"
 
 
 def _row(row: Row, back: dict[str, object]) -> str:
@@ -154,7 +151,7 @@ def list_page(title: str, action: str, page: Page, filters: Filters, rubrics: Se
     if start is not None:
         parts.append(f'<p><a id="start" class="button" href="{esc(start)}">Review the next unlabelled '
                      "(<kbd>Enter</kbd>)</a></p>")
-    parts.append(rows_table(page, filters, with_reason))
+    parts.append(rows_table(page, filters))
     if page.next_cursor:
         parts.append(f'<p><a id="more" href="{esc(link(action, **filter_query(filters), after=page.next_cursor))}">'
                      "Older →</a></p>")

@@ -35,7 +35,6 @@ class Quotas:
 class Candidate:
     """A conversation-level verdict as the queue sees it."""
 
-    result_id: int
     rubric: str
     conversation_id: str
     outcome: str

@@ -100,7 +100,7 @@ def _configuration(result: EvaluationResult) -> dict[str, str]:
             "prompt_version": result.prompt_version or ""}
 
 
-def _latest_labels(labels: Sequence[StoredLabel]) -> dict[str, list[StoredLabel]]:
+def _by_conversation(labels: Sequence[StoredLabel]) -> dict[str, list[StoredLabel]]:
     by_conversation: dict[str, list[StoredLabel]] = {}
     for label in labels:
         by_conversation.setdefault(label.conversation_id, []).append(label)
@@ -114,7 +114,7 @@ def shadow_status(review: ReviewStore, candidate: str | None = None) -> list[Sha
         grouped.setdefault((name, shadow.rubric), []).append((labelled, shadow, active))
     found = []
     for (name, rubric), verdicts in sorted(grouped.items()):
-        labels = _latest_labels(review.labels(rubric=rubric))
+        labels = _by_conversation(review.labels(rubric=rubric))
         candidate_pairs, active_pairs = [], []
         shifts, flips = [], []
         for _, shadow, active in verdicts:

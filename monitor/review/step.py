@@ -6,7 +6,6 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
 
 from monitor.metrics.catalog import JudgeAgreementMetrics
 from monitor.review.agreement import RubricAgreement, agreement
@@ -46,7 +45,7 @@ class ReviewStep:
     name: str = "review"
     fails_cycle: bool = False
     """The queue catches up on the next cycle (it keeps its own watermark); scoring is not affected."""
-    _seen: Any = field(default=None, repr=False)
+    _seen: tuple[int, float] | None = field(default=None, repr=False)
     _stripped_through: float = field(default=0.0, repr=False)
 
     def run(self, report: object, now: datetime) -> None:

@@ -110,6 +110,14 @@ def _dimensions_json(dimensions: dict[str, int | None]) -> str:
     return json.dumps(dict(sorted(dimensions.items())), separators=(",", ":"))
 
 
+def _stored_label(row: Any) -> StoredLabel:
+    """A ``review_labels`` row as a label."""
+    return StoredLabel(str(row.conversation_id), str(row.rubric), str(row.reviewer), bool(row.passed),
+                       json.loads(row.dimensions), None if row.score is None else float(row.score), str(row.note),
+                       None if row.result_id is None else int(row.result_id),
+                       datetime.fromtimestamp(row.labelled_ts, UTC))
+
+
 class ReviewStore:
     def __init__(self, store: SqlStore, prepare: Callable[[Conversation], Conversation] | None = None) -> None:
         self.store = store
@@ -146,7 +154,7 @@ class ReviewStore:
                             and_(q.rubric == row.rubric, q.day == day)).group_by(q.reason)).all():
                         counts[key][reason] = int(count)
                 payload = json.loads(row.payload)
-                candidate = Candidate(int(row.id), str(row.rubric), str(row.conversation_id), str(row.outcome),
+                candidate = Candidate(str(row.rubric), str(row.conversation_id), str(row.outcome),
                                       None if row.score is None else float(row.score), payload.get("threshold"),
                                       bool(payload.get("context_truncated")))
                 reason = pick(candidate, quotas, counts[key])
@@ -192,8 +200,7 @@ class ReviewStore:
             select(q.result_id, r.conversation_id, q.rubric, q.agent, r.outcome, r.score, q.evaluated_ts, q.reason,
                    self._label_count())
             .join_from(review_queue_table, results_table, r.id == q.result_id))
-        query = self._filtered(query, filters, q.evaluated_ts, q.result_id, q.rubric, q.agent, r.outcome,
-                               q.result_id, after)
+        query = self._filtered(query, filters, q.evaluated_ts, q.result_id, q.rubric, q.agent, r.outcome, after)
         if filters.reason:
             query = query.where(q.reason == filters.reason)
         return self._page(query.order_by(q.evaluated_ts.desc(), q.result_id.desc()), limit)
@@ -204,12 +211,12 @@ class ReviewStore:
         reason = select(q.reason).where(q.result_id == r.id).scalar_subquery().label("reason")
         query: Select[Any] = select(r.id, r.conversation_id, r.rubric, r.agent, r.outcome, r.score, r.evaluated_ts,
                                     reason, self._label_count()).where(r.current.is_(True))
-        query = self._filtered(query, filters, r.evaluated_ts, r.id, r.rubric, r.agent, r.outcome, r.id, after)
+        query = self._filtered(query, filters, r.evaluated_ts, r.id, r.rubric, r.agent, r.outcome, after)
         return self._page(query.order_by(r.evaluated_ts.desc(), r.id.desc()), limit)
 
     @staticmethod
-    def _filtered(query: Select[Any], filters: Filters, ts: Any, identifier: Any, rubric: Any, agent: Any,
-                  outcome: Any, result_id: Any, after: str | None) -> Select[Any]:
+    def _filtered(query: Select[Any], filters: Filters, ts: Any, result_id: Any, rubric: Any, agent: Any,
+                  outcome: Any, after: str | None) -> Select[Any]:
         labels = review_labels_table.c
         if filters.rubric:
             query = query.where(rubric == filters.rubric)
@@ -228,7 +235,7 @@ class ReviewStore:
             query = query.where(~exists().where(labels.result_id == result_id))
         cursor = parse_cursor(after)
         if cursor is not None:
-            query = query.where(or_(ts < cursor[0], and_(ts == cursor[0], identifier < cursor[1])))
+            query = query.where(or_(ts < cursor[0], and_(ts == cursor[0], result_id < cursor[1])))
         return query
 
     def _page(self, query: Select[Any], limit: int) -> Page:
@@ -354,15 +361,7 @@ class ReviewStore:
             query = query.where(c.result_id == result_id)
         with self.store.transaction() as conn:
             rows = conn.execute(query).all()
-        return [StoredLabel(str(x.conversation_id), str(x.rubric), str(x.reviewer), bool(x.passed),
-                            json.loads(x.dimensions), None if x.score is None else float(x.score), str(x.note),
-                            None if x.result_id is None else int(x.result_id),
-                            datetime.fromtimestamp(x.labelled_ts, UTC)) for x in rows]
-
-    def delete_labels(self, rubric: str) -> int:
-        with self.store.transaction() as conn:
-            return int(conn.execute(delete(review_labels_table)
-                                    .where(review_labels_table.c.rubric == rubric)).rowcount)
+        return [_stored_label(x) for x in rows]
 
     def labelled_verdicts(self, uniform_only: bool) -> list[tuple[StoredLabel, EvaluationResult]]:
         """Each label with the verdict it labelled; ``uniform_only``: only verdicts of the uniform share (the
@@ -374,10 +373,7 @@ class ReviewStore:
             query = query.join(review_queue_table, and_(q.result_id == c.result_id, q.reason == "uniform"))
         with self.store.transaction() as conn:
             rows = conn.execute(query.order_by(c.id)).all()
-        return [(StoredLabel(str(x.conversation_id), str(x.rubric), str(x.reviewer), bool(x.passed),
-                             json.loads(x.dimensions), None if x.score is None else float(x.score), str(x.note),
-                             int(x.result_id), datetime.fromtimestamp(x.labelled_ts, UTC)),
-                 EvaluationResult.model_validate_json(x.payload)) for x in rows]
+        return [(_stored_label(x), EvaluationResult.model_validate_json(x.payload)) for x in rows]
 
     def labels_version(self) -> tuple[int, float]:
         """Changes when a label is added or replaced: agreement is computed again only then."""

@@ -50,8 +50,8 @@ STATIC = {"review.js": "text/javascript; charset=utf-8", "review.css": "text/css
 
 
 def is_loopback(host: str) -> bool:
-    if host in ("localhost", ""):
-        return host == "localhost"
+    if host == "localhost":
+        return True
     try:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:

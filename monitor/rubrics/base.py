@@ -6,9 +6,9 @@ import fnmatch
 import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 from monitor.slo.spec import RubricSlo
 
@@ -101,6 +101,16 @@ def check_json_schema(schema: Any, path: str = "") -> None:
             check_json_schema(sub, f"{path}.properties.{name}".lstrip("."))
     if "items" in schema:
         check_json_schema(schema["items"], f"{path}.items".lstrip("."))
+
+
+def _checked_json_schema(value: Any) -> Any:
+    if value is not None:
+        check_json_schema(value)
+    return value
+
+
+JsonSchema = Annotated[dict[str, Any] | None, BeforeValidator(_checked_json_schema)]
+"""A Foundry ``data_schema`` / ``init_parameters`` field, its structure checked (``check_json_schema``)."""
 
 
 class EvaluatorMetric(BaseModel):

@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from monitor.rubrics.base import EvaluatorMetric, RubricBase, check_json_schema
+from monitor.rubrics.base import EvaluatorMetric, JsonSchema, RubricBase
 
 CONVERSATION_FIELDS: dict[str, str] = {
     "query": "the user's request the judged reply answers (text)",
@@ -54,10 +54,10 @@ class FoundryEvaluatorRubric(RubricBase):
 
     display_name: str | None = None
     """Foundry's display name (evaluator envelope)."""
-    data_schema: dict[str, Any] | None = None
+    data_schema: JsonSchema = None
     """JSON Schema of the evaluator's input: its ``required`` fields must be ones a conversation provides (see
     ``CONVERSATION_FIELDS``); an evaluation whose conversation lacks one is unscored (``missing_field``)."""
-    init_parameters: dict[str, Any] | None = None
+    init_parameters: JsonSchema = None
     """JSON Schema of the evaluator's parameters; ``initialization_parameters`` are checked against it."""
     initialization_parameters: dict[str, Any] = Field(default_factory=dict)
     """The parameter values (Foundry passes them in the testing criterion): ``{{name}}`` in a prompt, the global
@@ -77,13 +77,6 @@ class FoundryEvaluatorRubric(RubricBase):
             kind = data.pop("type")
             data.setdefault("kind", kind)
         return data
-
-    @field_validator("data_schema", "init_parameters", mode="before")
-    @classmethod
-    def _json_schema(cls, value: Any) -> Any:
-        if value is not None:
-            check_json_schema(value)
-        return value
 
     @field_validator("metrics")
     @classmethod

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from monitor.rubrics.base import SNAKE_CASE, EvaluatorMetric, RubricBase, check_json_schema
+from monitor.rubrics.base import SNAKE_CASE, EvaluatorMetric, JsonSchema, RubricBase
 from monitor.rubrics.evaluator_kinds import (
     CodeEvaluatorRubric,
     EndpointEvaluatorRubric,
@@ -95,9 +95,9 @@ class WeightedRubric(RubricBase):
     """``div5``: weighted mean / 5 (reproduces Foundry's published outputs); ``minmax``: (weighted mean - 1) / 4."""
     display_name: str | None = None
     """Foundry's display name (evaluator envelope)."""
-    data_schema: dict[str, Any] | None = None
+    data_schema: JsonSchema = None
     """Foundry's JSON Schema of the evaluator's input data; kept and checked, not used for scoring."""
-    init_parameters: dict[str, Any] | None = None
+    init_parameters: JsonSchema = None
     """Foundry's JSON Schema of the evaluator's parameters; kept and checked, not used for scoring."""
     metrics: dict[str, EvaluatorMetric] | None = None
     """Foundry's output metrics of the evaluator; kept and checked, not used for scoring."""
@@ -109,13 +109,6 @@ class WeightedRubric(RubricBase):
         if isinstance(data, dict) and data.get("type") == "rubric":
             data = {k: v for k, v in data.items() if k != "type"}
         return data
-
-    @field_validator("data_schema", "init_parameters", mode="before")
-    @classmethod
-    def _json_schema(cls, value: Any) -> Any:
-        if value is not None:
-            check_json_schema(value)
-        return value
 
     @model_validator(mode="after")
     def _check_dimensions(self) -> WeightedRubric:
@@ -145,4 +138,4 @@ Rubric = Annotated[
     Field(discriminator="kind"),
 ]
 
-__all__ = ["EvaluatorMetric", "Rubric", "WeightedRubric", "check_json_schema"]
+__all__ = ["EvaluatorMetric", "Rubric", "WeightedRubric"]

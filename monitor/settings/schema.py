@@ -17,14 +17,7 @@ from pathlib import Path
 from typing import Annotated, ClassVar, Literal
 from urllib.parse import urlsplit, urlunsplit
 
-from pydantic import (
-    AfterValidator,
-    AwareDatetime,
-    Field,
-    SecretStr,
-    field_validator,
-    model_validator,
-)
+from pydantic import AwareDatetime, Field, SecretStr, field_validator, model_validator
 
 from monitor.errors import ConfigError
 from monitor.formats.meaningful import MeaningfulModel as _Section
@@ -378,7 +371,7 @@ class SecretUrl(str):
 
 
 class StoreSettings(_Section):
-    url: Annotated[str, AfterValidator(SecretUrl)] = SecretUrl("sqlite:///rubric-monitor.db")
+    url: str = SecretUrl("sqlite:///rubric-monitor.db")
     """SQLAlchemy URL: ``sqlite:///path.db`` or ``postgresql+psycopg://user@host/db``. Its password is redacted
     from logs and hidden from the settings' repr."""
     url_file: Path | None = None
@@ -417,8 +410,6 @@ class CustomPatternSettings(_Section):
     @field_validator("pattern")
     @classmethod
     def _compiles(cls, value: str) -> str:
-        import re
-
         try:
             re.compile(value)
         except re.error as exc:

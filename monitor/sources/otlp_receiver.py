@@ -58,6 +58,7 @@ from monitor.formats.otlp import (
 from monitor.models import SpanRecord
 from monitor.settings import OtlpReceiverSourceSettings, SecretFile
 from monitor.sources.base import SourceBatch
+from monitor.sources.kql import AGENT_KEYS
 
 if TYPE_CHECKING:
     from monitor.metrics import MonitorMetrics
@@ -68,8 +69,6 @@ log = logging.getLogger(__name__)
 SOURCE_NAME = "otlp_receiver"
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
-AGENT_KEYS = ("gen_ai.agent.name", "gen_ai.agent.id", "microsoft.gen_ai.main_agent.name",
-              "microsoft.gen_ai.main_agent.id")
 _SIGNALS = {"/v1/traces": "traces", "/v1/logs": "logs"}
 _ITEMS = {"traces": "spans", "logs": "log records"}
 
@@ -126,15 +125,8 @@ def decode_document(body: bytes, content_type: str, signal: str) -> dict[str, An
     are read by the one OTLP JSON reader."""
     if content_type == PROTOBUF:
         from google.protobuf.json_format import MessageToDict
-        from google.protobuf.message import DecodeError
 
-        message = _request_message(signal)
-        try:
-            message.ParseFromString(body)
-        except (DecodeError, RecursionError, ValueError) as exc:
-            raise RequestError(400, "bad_protobuf", f"the body is not an OTLP {signal} protobuf message: "
-                                                    f"{str(exc)[:200]}") from None
-        decoded: dict[str, Any] = MessageToDict(message)
+        decoded: dict[str, Any] = MessageToDict(_parse_request(body, signal))
         return decoded
     try:
         document = json.loads(body)
@@ -145,6 +137,19 @@ def decode_document(body: bytes, content_type: str, signal: str) -> dict[str, An
     if not isinstance(document, dict):
         raise RequestError(400, "bad_json", f"the body is a JSON {type(document).__name__}, not an object")
     return document
+
+
+def _parse_request(body: bytes, signal: str) -> Any:
+    """The ``Export*ServiceRequest`` of ``signal`` read from ``body``; 400 when it is not one."""
+    from google.protobuf.message import DecodeError
+
+    message = _request_message(signal)
+    try:
+        message.ParseFromString(body)
+    except (DecodeError, RecursionError, ValueError) as exc:
+        raise RequestError(400, "bad_protobuf", f"the body is not an OTLP {signal} protobuf message: "
+                                                f"{str(exc)[:200]}") from None
+    return message
 
 
 def _request_message(signal: str) -> Any:
@@ -169,15 +174,7 @@ def read_spans_protobuf(body: bytes) -> Received:
     """The spans of an ``ExportTraceServiceRequest``, read from the protobuf objects directly: the same records
     and rejection reasons as the OTLP JSON reader gives for the same request (a test holds them equal), several
     times faster than going through the JSON mapping."""
-    from google.protobuf.message import DecodeError
-    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-
-    request = ExportTraceServiceRequest()
-    try:
-        request.ParseFromString(body)
-    except (DecodeError, RecursionError, ValueError) as exc:
-        raise RequestError(400, "bad_protobuf", "the body is not an OTLP traces protobuf message: "
-                                                f"{str(exc)[:200]}") from None
+    request = _parse_request(body, "traces")
     received = Received()
     for resource_spans in request.resource_spans:
         try:
@@ -376,7 +373,6 @@ class _Waiting:
     received_at: datetime
     done: threading.Event = field(default_factory=threading.Event)
     stored: StoredSpans | None = None
-    error: str | None = None
     abandoned: bool = False
 
 
@@ -492,7 +488,7 @@ class SpanCommitter:
         with self._lock:
             self._committing = []
         for waiting in taken:
-            waiting.stored, waiting.error = stored, error
+            waiting.stored = stored
             waiting.done.set()
 
 

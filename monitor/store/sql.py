@@ -387,8 +387,8 @@ class SqlStore:
 
     def _touch_conversations(self, conn: Connection, per_key: dict[str, list[SpanRecord]],
                              late_turns: LatePolicy, awaiting: dict[str, bool]) -> Counter[str]:
-        """``_touch_conversation`` for every key at once: one look-up, one insert of the new conversations, one
-        statement updating the pending ones; the outcomes counted."""
+        """The conversations of a batch's spans touched, every key at once: one look-up, one insert of the new
+        conversations, one statement updating the pending ones; the outcomes counted."""
         outcomes: Counter[str] = Counter()
         c = conversations_table.c
         rows = {str(row["key"]): row for row in self._rows_among(conn, self._conversations_among, list(per_key))}
@@ -397,7 +397,7 @@ class SqlStore:
         for key, group in per_key.items():
             row = rows.get(key)
             if row is not None and row["status"] != "pending":
-                outcomes[self._touch_conversation(conn, key, group, late_turns, awaiting.get(key))] += 1
+                outcomes[self._touch_scored(conn, row, group, late_turns, awaiting.get(key))] += 1
                 continue
             first = min(_ts(s.start_time) for s in group)
             last = max(_ts(s.end_time or s.start_time) for s in group)
@@ -586,32 +586,25 @@ class SqlStore:
                 span_count=row["span_count"] + count))
 
     @staticmethod
-    def _touch_conversation(conn: Connection, key: str, spans: list[SpanRecord], late_turns: LatePolicy,
-                            awaiting: bool | None = None) -> str:
+    def _touch_scored(conn: Connection, row: Any, spans: list[SpanRecord], late_turns: LatePolicy,
+                      awaiting: bool | None) -> str:
+        """``_touch_conversations`` for a conversation no longer pending (``row``, as read in this transaction):
+        late spans reopen it (``late_turns: rescore``) or are ignored."""
+        if late_turns == "ignore" or row["status"] == "pruned":
+            # A pruned conversation's earlier spans are gone: re-scoring it would judge a fragment.
+            return "late_ignored"
         first = min(_ts(s.start_time) for s in spans)
         last = max(_ts(s.end_time or s.start_time) for s in spans)
-        row = conn.execute(select(conversations_table).where(conversations_table.c.key == key)).mappings().first()
-        if row is None:
-            conn.execute(insert(conversations_table).values(
-                key=key, first_span_ts=first, last_span_ts=last, span_count=len(spans), status="pending",
-                revision=0, awaiting_tool_result=bool(awaiting)))
-            return "new"
         values: dict[str, Any] = {
             "first_span_ts": min(first, row["first_span_ts"]),
             "last_span_ts": max(last, row["last_span_ts"]),
             "span_count": row["span_count"] + len(spans),
+            "status": "pending", "revision": row["revision"] + 1, "scored_ts": None,
         }
         if awaiting is not None and last >= row["last_span_ts"]:
             values["awaiting_tool_result"] = awaiting
-        outcome = "updated"
-        if row["status"] != "pending":
-            if late_turns == "ignore" or row["status"] == "pruned":
-                # A pruned conversation's earlier spans are gone: re-scoring it would judge a fragment.
-                return "late_ignored"
-            values.update(status="pending", revision=row["revision"] + 1, scored_ts=None)
-            outcome = "reopened"
-        conn.execute(update(conversations_table).where(conversations_table.c.key == key).values(**values))
-        return outcome
+        conn.execute(update(conversations_table).where(conversations_table.c.key == row["key"]).values(**values))
+        return "reopened"
 
     def _save_checkpoint(self, conn: Connection, source: str, checkpoint: str) -> None:
         now = self.clock().timestamp()

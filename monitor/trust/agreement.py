@@ -128,7 +128,7 @@ def label_records(path: Path) -> list[tuple[str, Any]]:
     except UnicodeDecodeError:
         raise ConfigError(str(path), None, "not UTF-8 text") from None
     if path.suffix.lower() == ".csv":
-        return list(csv_records(text, str(path)))
+        return csv_records(text, str(path))
     records: list[tuple[str, Any]] = []
     if text.lstrip().startswith("["):
         try:

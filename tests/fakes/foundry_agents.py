@@ -17,15 +17,13 @@ The wire format is the one ``azure-ai-projects`` 2.x sends and parses (``operati
 from __future__ import annotations
 
 import json
-import ssl
 import tempfile
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import trustme
+from tests.fakes.http import LocalServer, QuietHandler, tls_context
 
 PROJECT_PATH = "/api/projects/test-project"
 
@@ -45,40 +43,26 @@ def _version(name: str, version: str, description: str, definition: dict[str, An
             "description": description, "created_at": 1760000000, "metadata": {}, "definition": definition}
 
 
-class FakeFoundryAgents:
+class FakeFoundryAgents(LocalServer):
     def __init__(self, tokens: set[str]) -> None:
         self.tokens = tokens
         self.agents: dict[str, list[dict[str, Any]]] = {}
         self.requests: list[tuple[str, dict[str, str]]] = []
         self._tmp = tempfile.TemporaryDirectory(prefix="fake-foundry-")
         self.ca_path = Path(self._tmp.name) / "ca.pem"
-        authority = trustme.CA()
-        authority.cert_pem.write_to_path(str(self.ca_path))
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        authority.issue_cert("127.0.0.1", "localhost").configure_cert(context)
+        context = tls_context(self.ca_path, "127.0.0.1", "localhost")
         outer = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, format: str, *args: Any) -> None:
-                return
-
+        class Handler(QuietHandler):
             def do_GET(self) -> None:
                 headers = {k.lower(): v for k, v in self.headers.items()}
                 outer.requests.append((self.path, headers))
                 status, body = outer.answer(self.path, headers)
-                payload = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
+                self.send_body(status, json.dumps(body).encode())
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.socket = context.wrap_socket(self._server.socket, server_side=True)
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
-                                        daemon=True)
+        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        server.socket = context.wrap_socket(server.socket, server_side=True)
+        super().__init__(server)
 
     @property
     def endpoint(self) -> str:
@@ -107,11 +91,6 @@ class FakeFoundryAgents:
         return 200, {"object": "agent", "id": segments[0], "name": segments[0], "state": "enabled",
                      "configuration_state": "enabled", "versions": {"latest": latest}}
 
-    def __enter__(self) -> FakeFoundryAgents:
-        self._thread.start()
-        return self
-
     def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        super().__exit__(*exc)
         self._tmp.cleanup()

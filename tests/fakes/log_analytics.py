@@ -30,15 +30,14 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from socket import socket
 from typing import Any
 
 import isodate
-import trustme
 
-from tests.fakes.http import read_json_request
+from tests.fakes.http import LocalServer, QuietHandler, read_json_request, tls_context
 
 Column = tuple[str, str]
 TIME_COLUMNS = ("timestamp", "TimeGenerated")
@@ -216,7 +215,7 @@ def _prefer_wait(headers: dict[str, str]) -> float | None:
     return float(match.group(1)) if match else None
 
 
-class FakeLogAnalytics:
+class FakeLogAnalytics(LocalServer):
     """Start with ``with FakeLogAnalytics() as server:``; point the client at ``server.endpoint`` and trust
     ``server.ca_path``. Load data with ``add_table`` for a workspace id or an Application Insights resource
     id."""
@@ -236,9 +235,7 @@ class FakeLogAnalytics:
         self._resources: dict[str, Dataset] = {}
         self._lock = threading.Lock()
         self._tmp = tempfile.TemporaryDirectory(prefix="fake-log-analytics-")
-        self._server = self._make_server(tls)
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
-                                        daemon=True)
+        super().__init__(self._make_server(tls))
 
     # --- data -----------------------------------------------------------------------------------------------
 
@@ -284,13 +281,8 @@ class FakeLogAnalytics:
         with self._lock:
             return [r for r in self.requests if r.path.endswith("/query")]
 
-    def __enter__(self) -> FakeLogAnalytics:
-        self._thread.start()
-        return self
-
     def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        super().__exit__(*exc)
         self._tmp.cleanup()
 
     def _make_server(self, tls: bool) -> ThreadingHTTPServer:
@@ -298,10 +290,7 @@ class FakeLogAnalytics:
         self._scheme = "http"
         self._ca_path = Path(self._tmp.name) / "ca.pem"
         if tls:
-            authority = trustme.CA()
-            authority.cert_pem.write_to_path(str(self._ca_path))
-            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-            authority.issue_cert("127.0.0.1", "localhost").configure_cert(context)
+            context = tls_context(self._ca_path, "127.0.0.1", "localhost")
             self._scheme = "https"
         return _Server(self, context)
 
@@ -433,13 +422,9 @@ class FakeLogAnalytics:
         return Reply(json_body={"responses": responses})
 
 
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
+class _Handler(QuietHandler):
     disable_nagle_algorithm = True  # headers and body go out in two writes; don't let them wait for an ACK
     server: _Server
-
-    def log_message(self, format: str, *args: Any) -> None:
-        return
 
     def do_POST(self) -> None:
         headers, body = read_json_request(self)

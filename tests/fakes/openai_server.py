@@ -20,10 +20,10 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any
 
-from tests.fakes.http import read_json_request
+from tests.fakes.http import LocalServer, QuietHandler, read_json_request
 
 
 @dataclass
@@ -176,7 +176,7 @@ class QuotaHandler:
         return headers if self.announce_limits else {}
 
 
-class ScriptedOpenAIServer:
+class ScriptedOpenAIServer(LocalServer):
     """Start with ``with ScriptedOpenAIServer(handler) as server:``; ``server.base_url`` ends in ``/v1``."""
 
     def __init__(self, handler: Handler) -> None:
@@ -185,12 +185,7 @@ class ScriptedOpenAIServer:
         self._lock = threading.Lock()
         outer = self
 
-        class _Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, format: str, *args: Any) -> None:
-                return
-
+        class _Handler(QuietHandler):
             def do_POST(self) -> None:
                 headers, body = read_json_request(self)
                 recorded = Recorded(self.path, headers, body, received_at=time.monotonic())
@@ -216,11 +211,7 @@ class ScriptedOpenAIServer:
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the client gave up (timeout tests)
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-        self._server.daemon_threads = True
-        # A short poll interval keeps shutdown (once per test) quick.
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
-                                        daemon=True)
+        super().__init__(ThreadingHTTPServer(("127.0.0.1", 0), _Handler))
 
     @property
     def root_url(self) -> str:
@@ -235,11 +226,3 @@ class ScriptedOpenAIServer:
     def count(self) -> int:
         with self._lock:
             return len(self.requests)
-
-    def __enter__(self) -> ScriptedOpenAIServer:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()

@@ -8,8 +8,10 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any
+
+from tests.fakes.http import LocalServer, QuietHandler
 
 
 @dataclass
@@ -34,19 +36,14 @@ class Answer:
     body: bytes = b"ok"
 
 
-class Receiver:
+class Receiver(LocalServer):
     def __init__(self, script: Callable[[Received], Answer] | None = None) -> None:
         self.script = script or (lambda _: Answer())
         self.received: list[Received] = []
         self._lock = threading.Lock()
         outer = self
 
-        class _Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, format: str, *args: Any) -> None:
-                return
-
+        class _Handler(QuietHandler):
             def do_POST(self) -> None:
                 raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 got = Received(self.path, {k.lower(): v for k, v in self.headers.items()}, raw, time.monotonic())
@@ -67,10 +64,7 @@ class Receiver:
                 got.status = answer.status
                 got.replied_at = time.monotonic()
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
-                                        daemon=True)
+        super().__init__(ThreadingHTTPServer(("127.0.0.1", 0), _Handler))
 
     @property
     def url(self) -> str:
@@ -80,11 +74,3 @@ class Receiver:
     def on(self, path: str) -> list[Received]:
         with self._lock:
             return [r for r in self.received if r.path == path]
-
-    def __enter__(self) -> Receiver:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()

@@ -12,13 +12,15 @@ from typing import Any
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
 
+from tests.fakes.http import LocalServer
+
 
 def _value(any_value: Any) -> Any:
     kind = any_value.WhichOneof("value")
     return None if kind is None else getattr(any_value, kind)
 
 
-class _Receiver:
+class _Receiver(LocalServer):
     def __init__(self) -> None:
         self.fail_with: int | None = None
         """Answer every request with this status (an endpoint down or refusing) while set."""
@@ -47,10 +49,7 @@ class _Receiver:
                 self.end_headers()
                 self.wfile.write(body)
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
-                                        daemon=True)
+        super().__init__(ThreadingHTTPServer(("127.0.0.1", 0), Handler))
 
     def accept(self, path: str, raw: bytes) -> bytes:
         raise NotImplementedError
@@ -59,14 +58,6 @@ class _Receiver:
     def root_url(self) -> str:
         host, port = self._server.server_address[:2]
         return f"http://{host!s}:{port}"
-
-    def __enter__(self) -> Any:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
 
 
 class OtlpLogsReceiver(_Receiver):

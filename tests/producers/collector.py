@@ -16,7 +16,7 @@ import gzip
 import json
 import threading
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
+
+from tests.fakes.http import LocalServer, QuietHandler
 
 _ID_FIELDS = ("traceId", "spanId", "parentSpanId")
 
@@ -74,7 +76,7 @@ def parse_request(kind: str, raw: bytes, content_type: str) -> Message:
     return message
 
 
-class OtlpFileCollector:
+class OtlpFileCollector(LocalServer):
     """``with OtlpFileCollector(path) as collector:``; point exporters at ``collector.endpoint`` (the base URL,
     ``OTEL_EXPORTER_OTLP_ENDPOINT``) or ``traces_endpoint`` / ``logs_endpoint``. Lines are appended to ``path``
     as requests arrive (flushed per line); ``counts`` says how many requests, spans and log records came."""
@@ -88,19 +90,7 @@ class OtlpFileCollector:
         self._lock = threading.Lock()
         outer = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, format: str, *args: Any) -> None:
-                return
-
-            def _send(self, status: int, body: bytes, content_type: str) -> None:
-                self.send_response(status)
-                self.send_header("Content-Type", content_type)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
+        class Handler(QuietHandler):
             def do_POST(self) -> None:
                 raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 path = self.path.split("?")[0].rstrip("/")
@@ -108,7 +98,7 @@ class OtlpFileCollector:
                 content_type = (self.headers.get("Content-Type") or "application/x-protobuf").lower()
                 if kind is None:
                     outer.errors.append(f"unexpected path {self.path}")
-                    self._send(404, b"", "text/plain")
+                    self.send_body(404, b"", "text/plain")
                     return
                 try:
                     if (self.headers.get("Content-Encoding") or "").lower() == "gzip":
@@ -116,19 +106,16 @@ class OtlpFileCollector:
                     message = parse_request(kind, raw, content_type)
                 except (OSError, DecodeError, ValueError, json_format.ParseError) as exc:
                     outer.errors.append(f"{kind}: {exc}")
-                    self._send(400, str(exc).encode(), "text/plain")
+                    self.send_body(400, str(exc).encode(), "text/plain")
                     return
                 outer._write(kind, message)
                 response: Message = ExportTraceServiceResponse() if kind == "traces" else ExportLogsServiceResponse()
                 if "json" in content_type:
-                    self._send(200, b"{}", "application/json")
+                    self.send_body(200, b"{}", "application/json")
                 else:
-                    self._send(200, response.SerializeToString(), "application/x-protobuf")
+                    self.send_body(200, response.SerializeToString(), "application/x-protobuf")
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
-                                        daemon=True)
+        super().__init__(ThreadingHTTPServer(("127.0.0.1", 0), Handler))
 
     def _write(self, kind: str, message: Any) -> None:
         if kind == "traces":
@@ -157,11 +144,3 @@ class OtlpFileCollector:
     @property
     def logs_endpoint(self) -> str:
         return self.endpoint + "/v1/logs"
-
-    def __enter__(self) -> OtlpFileCollector:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()

@@ -22,10 +22,10 @@ from __future__ import annotations
 import json
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any, Literal
 
-from tests.fakes.http import read_json_request
+from tests.fakes.http import LocalServer, QuietHandler, read_json_request
 from tests.fakes.openai_server import Recorded
 from tests.producers import scenario
 
@@ -108,7 +108,7 @@ def stream_chunks(request: dict[str, Any], reply: dict[str, Any], response_id: s
     return chunks
 
 
-class ScenarioServer:
+class ScenarioServer(LocalServer):
     """``with ScenarioServer("openai") as server:``; ``server.base_url`` ends in ``/v1``."""
 
     def __init__(self, stream_flavour: StreamFlavour = "openai") -> None:
@@ -118,25 +118,13 @@ class ScenarioServer:
         self._lock = threading.Lock()
         outer = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, format: str, *args: Any) -> None:
-                return
-
-            def _send(self, status: int, body: bytes, content_type: str = "application/json") -> None:
-                self.send_response(status)
-                self.send_header("Content-Type", content_type)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
+        class Handler(QuietHandler):
             def do_GET(self) -> None:
                 if self.path.rstrip("/").endswith("/models"):
                     models = [{"id": scenario.MODEL, "object": "model", "created": CREATED, "owned_by": "scripted"}]
-                    self._send(200, json.dumps({"object": "list", "data": models}).encode())
+                    self.send_body(200, json.dumps({"object": "list", "data": models}).encode())
                 else:
-                    self._send(404, b'{"error": {"message": "not found", "type": "not_found"}}')
+                    self.send_body(404, b'{"error": {"message": "not found", "type": "not_found"}}')
 
             def do_POST(self) -> None:
                 headers, body = read_json_request(self)
@@ -146,27 +134,24 @@ class ScenarioServer:
                     number = len(outer.requests)
                 if not self.path.rstrip("/").endswith("/chat/completions"):
                     outer.errors.append(f"unexpected path {self.path}")
-                    self._send(404, b'{"error": {"message": "not found", "type": "not_found"}}')
+                    self.send_body(404, b'{"error": {"message": "not found", "type": "not_found"}}')
                     return
                 try:
                     reply = _wire_names(body, scenario.next_reply(body.get("messages") or []))
                 except LookupError as exc:
                     outer.errors.append(str(exc))
-                    self._send(400, json.dumps({"error": {"message": str(exc), "type": "invalid_request_error",
+                    self.send_body(400, json.dumps({"error": {"message": str(exc), "type": "invalid_request_error",
                                                           "code": None, "param": "messages"}}).encode())
                     return
                 response_id = f"chatcmpl-scripted-{number:03d}"
                 if not body.get("stream"):
-                    self._send(200, json.dumps(completion_body(body, reply, response_id)).encode())
+                    self.send_body(200, json.dumps(completion_body(body, reply, response_id)).encode())
                     return
                 payload = b"".join(b"data: " + json.dumps(chunk).encode() + b"\n\n"
                                    for chunk in stream_chunks(body, reply, response_id, outer.stream_flavour))
-                self._send(200, payload + b"data: [DONE]\n\n", "text/event-stream; charset=utf-8")
+                self.send_body(200, payload + b"data: [DONE]\n\n", "text/event-stream; charset=utf-8")
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
-                                        daemon=True)
+        super().__init__(ThreadingHTTPServer(("127.0.0.1", 0), Handler))
 
     @property
     def base_url(self) -> str:
@@ -176,11 +161,3 @@ class ScenarioServer:
     def chat_requests(self) -> list[Recorded]:
         with self._lock:
             return [r for r in self.requests if r.path.rstrip("/").endswith("/chat/completions")]
-
-    def __enter__(self) -> ScenarioServer:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()

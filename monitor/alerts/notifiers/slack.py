@@ -11,6 +11,7 @@ import json
 import re
 from typing import Any
 
+from monitor.alerts.events import example_lines
 from monitor.alerts.notifiers.base import post
 
 _BROADCAST = re.compile(r"@(channel|here|everyone)\b", re.IGNORECASE)
@@ -30,14 +31,6 @@ def mrkdwn_link(url: str, label: str) -> str:
     safe = url.replace("&", "&amp;").replace("<", "%3C").replace(">", "%3E").replace("|", "%7C")
     return f"<{safe}|{mrkdwn_text(label)}>"
 
-
-def _example_lines(event: dict[str, Any]) -> list[str]:
-    lines = []
-    for example in event.get("examples") or []:
-        name = mrkdwn_text(f"{example['conversation_id']} (operation_Id {example['operation_id']})")
-        score = "" if example.get("score") is None else f" score {example['score']:.2f}"
-        lines.append(f"{name}{score}" + (f" {mrkdwn_link(example['link'], 'open')}" if example.get("link") else ""))
-    return lines
 
 _ICON = {"firing": ":rotating_light:", "resolved": ":white_check_mark:", "annotation": ":information_source:",
          "test": ":wave:"}
@@ -59,7 +52,7 @@ class SlackNotifier:
             {"type": "section", "text": {"type": "mrkdwn", "text": f"*{title}*"}},
             {"type": "section", "text": {"type": "mrkdwn", "text": mrkdwn_text(event["description"])}},
         ]
-        examples = _example_lines(event)
+        examples = example_lines(event, mrkdwn_text, lambda url: mrkdwn_link(url, "open"))
         if examples:
             blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": "*Failing conversations*\n"
                                                        + "\n".join(f"• {line}" for line in examples)}})

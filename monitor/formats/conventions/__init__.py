@@ -46,7 +46,6 @@ SEMCONV = semconv.NAME
 LEGACY_EVENTS = legacy_events.NAME
 AZURE_SDK = azure_sdk.NAME
 UNSUPPORTED = "unsupported"
-NONE = "none"
 UNSUPPORTED_REASON = "unsupported_convention"
 
 UNSUPPORTED_CONTENT_KEYS = frozenset({
@@ -115,7 +114,7 @@ def may_hold_input(span: SpanRecord) -> bool:
 
 
 def recognize(span: SpanRecord) -> str:
-    """The convention of ``span``'s content: one of the names in the table above, or ``none``."""
+    """The convention of ``span``'s content: one of the names in the table above."""
     attributes = span.attributes
     if in_current_conventions(attributes):
         if span.events and _INPUT not in attributes and _OUTPUT not in attributes and legacy_events.recognizes(

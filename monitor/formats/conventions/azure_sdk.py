@@ -15,7 +15,6 @@ from monitor.formats.genai import EVENT_CONTENT
 
 NAME = "azure_sdk"
 INSTRUCTION_EVENT = "gen_ai.system.instruction"
-CONVERSATION_KEY = "gen_ai.thread.id"
 
 
 def recognizes(attributes: Mapping[str, Any]) -> bool:

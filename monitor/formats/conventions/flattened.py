@@ -96,3 +96,13 @@ def tool_result_part(identifier: Any, response: Any) -> dict[str, Any]:
     if isinstance(identifier, str) and identifier:
         part["id"] = identifier
     return part
+
+
+def function_definition(name: str, description: Any, parameters: Any, kind: str = "function") -> dict[str, Any]:
+    """A tool definition in the GenAI shape; ``description`` and ``parameters`` only when a string and an object."""
+    definition: dict[str, Any] = {"type": kind, "name": name}
+    if isinstance(description, str):
+        definition["description"] = description
+    if isinstance(parameters, dict):
+        definition["parameters"] = parameters
+    return definition

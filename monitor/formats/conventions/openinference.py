@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from monitor.formats.conventions.flattened import (
+    function_definition,
     has_indexed,
     openai_content_parts,
     tool_call_part,
@@ -93,9 +94,4 @@ def _tool(item: Mapping[str, Any]) -> dict[str, Any] | None:
     name = function.get("name")
     if not isinstance(name, str) or not name:
         return None
-    definition: dict[str, Any] = {"type": "function", "name": name}
-    if isinstance(function.get("description"), str):
-        definition["description"] = function["description"]
-    if isinstance(function.get("parameters"), dict):
-        definition["parameters"] = function["parameters"]
-    return definition
+    return function_definition(name, function.get("description"), function.get("parameters"))

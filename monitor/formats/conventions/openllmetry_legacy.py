@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from monitor.formats.conventions.flattened import (
+    function_definition,
     has_indexed,
     openai_content_parts,
     tool_call_part,
@@ -70,15 +71,10 @@ def _tool(fields: Mapping[str, Any]) -> dict[str, Any] | None:
     name = fields.get("name")
     if not isinstance(name, str) or not name:
         return None
-    definition: dict[str, Any] = {"type": "function", "name": name}
-    if isinstance(fields.get("description"), str):
-        definition["description"] = fields["description"]
     parameters = fields.get("parameters")
     if isinstance(parameters, str):
         try:
             parameters = json.loads(parameters)
         except (ValueError, RecursionError):
             parameters = None
-    if isinstance(parameters, dict):
-        definition["parameters"] = parameters
-    return definition
+    return function_definition(name, fields.get("description"), parameters)

@@ -14,7 +14,12 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from monitor.formats.conventions.flattened import openai_content_parts, tool_call_part, tool_result_part
+from monitor.formats.conventions.flattened import (
+    function_definition,
+    openai_content_parts,
+    tool_call_part,
+    tool_result_part,
+)
 
 NAME = "semantic_kernel"
 _MESSAGE_KEYS = ("gen_ai.input.messages", "gen_ai.output.messages")
@@ -77,9 +82,5 @@ def _message(fields: Mapping[str, Any]) -> dict[str, Any]:
 
 def _tool(raw: Mapping[str, Any]) -> dict[str, Any]:
     function: Mapping[str, Any] = raw["function"]
-    definition: dict[str, Any] = {"type": str(raw.get("type") or "function"), "name": str(function.get("name"))}
-    if isinstance(function.get("description"), str):
-        definition["description"] = function["description"]
-    if isinstance(function.get("parameters"), dict):
-        definition["parameters"] = function["parameters"]
-    return definition
+    return function_definition(str(function.get("name")), function.get("description"), function.get("parameters"),
+                               kind=str(raw.get("type") or "function"))

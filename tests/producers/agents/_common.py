@@ -17,10 +17,11 @@ Environment set by ``tests/producers/run.py``:
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -122,6 +123,16 @@ class Telemetry:
         self.logger_provider.force_flush()
         self.tracer_provider.shutdown()
         self.logger_provider.shutdown()
+
+
+def run_agent(run: Callable[[Settings, Telemetry], Awaitable[None]]) -> None:
+    """An async agent program's ``main``: telemetry set up from the environment, ``run``, everything flushed."""
+    settings = Settings.from_env()
+    telemetry = Telemetry(settings)
+    try:
+        asyncio.run(run(settings, telemetry))
+    finally:
+        telemetry.shutdown()
 
 
 def openai_tools() -> list[dict[str, Any]]:

@@ -7,7 +7,6 @@ session (``agent.create_session()``); with ``PRODUCER_APP_SPAN=1`` each is wrapp
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sys
 from pathlib import Path
@@ -16,7 +15,7 @@ from typing import Annotated
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 from tests.producers import scenario
-from tests.producers.agents._common import Settings, Telemetry
+from tests.producers.agents._common import Settings, Telemetry, run_agent
 
 
 def find_table(date: Annotated[str, "ISO date, e.g. 2026-12-12"],
@@ -54,14 +53,5 @@ async def run(settings: Settings, telemetry: Telemetry) -> None:
                     raise SystemExit(f"unexpected reply {text!r} to {turn.user!r}: {json.dumps(turn.reply)}")
 
 
-def main() -> None:
-    settings = Settings.from_env()
-    telemetry = Telemetry(settings)
-    try:
-        asyncio.run(run(settings, telemetry))
-    finally:
-        telemetry.shutdown()
-
-
 if __name__ == "__main__":
-    main()
+    run_agent(run)

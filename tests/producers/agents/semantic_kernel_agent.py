@@ -10,7 +10,6 @@ loggers, since SK writes the message content (with
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import sys
 from pathlib import Path
@@ -19,7 +18,7 @@ from typing import Annotated
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 from tests.producers import scenario
-from tests.producers.agents._common import Settings, Telemetry
+from tests.producers.agents._common import Settings, Telemetry, run_agent
 
 
 def booking_plugin() -> object:
@@ -41,7 +40,18 @@ def booking_plugin() -> object:
     return Booking()
 
 
+def export_semantic_kernel_logs(telemetry: Telemetry) -> None:
+    from opentelemetry.sdk._logs import LoggingHandler
+
+    handler = LoggingHandler(logger_provider=telemetry.logger_provider)
+    handler.addFilter(logging.Filter("semantic_kernel"))
+    root = logging.getLogger()
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+
+
 async def run(settings: Settings, telemetry: Telemetry) -> None:
+    export_semantic_kernel_logs(telemetry)
     from openai import AsyncOpenAI
     from semantic_kernel.agents import ChatCompletionAgent, ChatHistoryAgentThread
     from semantic_kernel.connectors.ai.open_ai import OpenAIChatCompletion
@@ -67,21 +77,5 @@ async def run(settings: Settings, telemetry: Telemetry) -> None:
                     raise SystemExit(f"unexpected reply {text!r} to {turn.user!r}")
 
 
-def main() -> None:
-    settings = Settings.from_env()
-    telemetry = Telemetry(settings)
-    from opentelemetry.sdk._logs import LoggingHandler
-
-    handler = LoggingHandler(logger_provider=telemetry.logger_provider)
-    handler.addFilter(logging.Filter("semantic_kernel"))
-    root = logging.getLogger()
-    root.addHandler(handler)
-    root.setLevel(logging.INFO)
-    try:
-        asyncio.run(run(settings, telemetry))
-    finally:
-        telemetry.shutdown()
-
-
 if __name__ == "__main__":
-    main()
+    run_agent(run)
