@@ -170,6 +170,23 @@ def test_inline_image_reaches_the_judge_and_the_score_is_the_share_of_yes() -> N
     assert result.prompt is not None and result.prompt[1]["content"].endswith(f"[image image/png, {len(PNG)} bytes]")
 
 
+def test_a_question_may_quote_what_looks_like_markup_in_the_prompt() -> None:
+    # The prompt reaches the judge escaped; its questions quote it as the user wrote it.
+    prompt = "A neon sign reading <OPEN> & a cat"
+    checks = ["A neon sign reading <OPEN>", "& a cat", "neon sign"]
+
+    def answer(request: Recorded) -> Reply:
+        if schema_name(request) == "gecko_questions":
+            return completion(json.dumps({"items": [{"question": q, "importance": "high", "checks": c}
+                                                  for q, c in zip(QUESTIONS, checks, strict=True)]}))
+        return completion(json.dumps({f"item_{i + 1}": {"reasoning": "seen", "verdict": "yes"} for i in range(3)}))
+
+    with ScriptedOpenAIServer(answer) as server:
+        result, = evaluate(server, [conversation(blob(PNG), prompt=prompt)], rubric())
+    assert (result.outcome, result.score) == ("pass", 1.0)
+    assert result.details["items_source"] == "generated" and len(result.details["items"]) == 3
+
+
 def test_the_image_is_sent_in_json_object_mode_too() -> None:
     with ScriptedOpenAIServer(judge_handler(["yes", "yes", "yes"])) as server:
         result, = evaluate(server, [conversation(blob(PNG))], rubric(), response_mode="json_object")

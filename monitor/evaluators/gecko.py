@@ -221,7 +221,8 @@ class GeckoEvaluator:
             max_output_tokens=output_budget(context, 60 * rubric.max_items), rubric=rubric.name,
         )
         asked = await ask_judge(context.judge, request,
-                                lambda reply: parse_items(reply, rubric.max_items, prompt), usage)
+                                # the prompt as the judge saw it: a '<' of the user's stays quotable
+                                lambda reply: parse_items(reply, rubric.max_items, escape_data(prompt)), usage)
         if asked.value is not None:
             self._cache.put(key, asked.value)
         return asked.value, "generated", key, asked.error
