@@ -220,6 +220,20 @@ def test_the_text_report_shows_the_confusion_matrix_and_threshold(
     assert "best pass threshold:" in out and "Cohen's kappa" in out
 
 
+def test_a_judge_that_fails_is_reported_in_one_line_with_exit_1(
+        calibration_set: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.fakes.openai_server import error
+
+    with ScriptedOpenAIServer(lambda r: error(401, "invalid api key", "invalid_request_error")) as server:
+        config = write_config(calibration_set / "failing.json", judge_config(server.base_url))
+        code = main(["calibrate", "--config", str(config), "--rubric", str(calibration_set / "task-success.yaml"),
+                     "--input", str(calibration_set / "conversations.jsonl"),
+                     "--labels", str(calibration_set / "labels.jsonl")])
+    captured = capsys.readouterr()
+    assert code == 1 and captured.out == ""
+    assert captured.err.startswith("rubric-monitor: the judge failed:") and "Traceback" not in captured.err
+
+
 def result(conversation_id: str, outcome: str, score: float | None) -> EvaluationResult:
     return EvaluationResult(conversation_id=conversation_id, agent="a", rubric="r", rubric_version="1",
                             rubric_kind="adaptive", judge_model="m", outcome=outcome, score=score)  # type: ignore[arg-type]

@@ -12,7 +12,7 @@ from typing import Any
 
 from monitor.app import build_judging
 from monitor.cli.common import config_arg, configure_logging
-from monitor.errors import ConfigError, JudgeError
+from monitor.errors import ConfigError
 from monitor.evaluators.versions import builtin_version
 from monitor.formats.input_files import read_conversations
 from monitor.models import EvaluationResult
@@ -87,11 +87,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         finally:
             await judge.aclose()
 
-    try:
-        results = asyncio.run(run())
-    except JudgeError as exc:
-        sys.stderr.write(f"rubric-monitor: the judge failed: {exc}\n")
-        return 1
+    results = asyncio.run(run())
     report = agreement(labels, results)
     report = {"rubric": rubric.name, "rubric_version": rubric.version, "judge_model": rubric.judge_model
               or judge.model, **report}

@@ -27,7 +27,7 @@ import monitor.cli.rubrics as rubrics
 import monitor.cli.shadow as shadow
 import monitor.cli.slo as slo
 from monitor.cli.common import EXIT_CODES, version
-from monitor.errors import ConfigError
+from monitor.errors import ConfigError, JudgeError
 from monitor.redaction import redact
 
 COMMANDS = (daemon, evaluate, results, rubrics, calibrate, labels, shadow, db, alerts, backfill, slo, redact_command)
@@ -60,5 +60,8 @@ def run(argv: Sequence[str] | None = None) -> int:
         for problem in exc.all:
             print(redact(f"rubric-monitor: error: {problem}"), file=sys.stderr)
         return 2
+    except JudgeError as exc:  # after its retries: unreachable, refusing the credential, misconfigured
+        print(redact(f"rubric-monitor: the judge failed: {exc}"), file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130

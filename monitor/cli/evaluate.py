@@ -13,7 +13,6 @@ from typing import Any
 from monitor.app import build_judging
 from monitor.cli.common import config_arg, configure_logging
 from monitor.cli.progress import ProgressBar
-from monitor.errors import JudgeError
 from monitor.evaluators.versions import builtin_version
 from monitor.formats.input_files import read_conversations
 from monitor.models import Conversation, EvaluationResult
@@ -75,11 +74,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
             progress.close()
             await judge.aclose()
 
-    try:
-        asyncio.run(evaluate_all())
-    except JudgeError as exc:
-        print(f"rubric-monitor: the judge failed: {exc}", file=sys.stderr)
-        return 1
+    asyncio.run(evaluate_all())
     if skipped:
         print(f"rubric-monitor: {len(skipped)} conversation(s) skipped: no_content", file=sys.stderr)
     return 0

@@ -15,7 +15,7 @@ from typing import Any
 from monitor.app import build_judging
 from monitor.cli.common import config_arg, configure_logging
 from monitor.cli.results import open_store
-from monitor.errors import ConfigError, JudgeError
+from monitor.errors import ConfigError
 from monitor.evaluators.versions import builtin_version
 from monitor.review.shadow import ShadowRun, ShadowStatus, pass_fail, run_shadow, shadow_status
 from monitor.review.store import ReviewStore
@@ -44,11 +44,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             finally:
                 await judge.aclose()
 
-        try:
-            report = asyncio.run(run())
-        except JudgeError as exc:
-            sys.stderr.write(f"rubric-monitor: the judge failed: {exc}\n")
-            return 1
+        report = asyncio.run(run())
     finally:
         store.close()
     print(f"shadow {args.candidate}: judged {report.labelled} labelled and {report.live} live conversations "
