@@ -31,7 +31,7 @@ from monitor.evaluators.base import (
 )
 from monitor.evaluators.item_cache import GeneratedItems, InMemoryItemCache, ItemCache, RubricItem
 from monitor.evaluators.prompts import data_notice
-from monitor.evaluators.views import Target, judge_each_reply, output_budget, request_context, view
+from monitor.evaluators.views import EachReply, Target, output_budget, request_context, view
 from monitor.judge.base import JudgeRequest
 from monitor.judge.render import cut_middle, escape_data, render_conversation
 from monitor.models import Conversation, EvaluationResult
@@ -191,20 +191,13 @@ def majority(samples: Sequence[Mapping[str, ItemVerdict]], item_id: str) -> tupl
     return ItemVerdict(passed, reasoning), yes
 
 
-class AdaptiveEvaluator:
+class AdaptiveEvaluator(EachReply[AdaptiveRubric]):
     kinds: tuple[str, ...] = ("adaptive",)
 
     def __init__(self, cache: ItemCache | None = None) -> None:
         self._cache: ItemCache = cache if cache is not None else InMemoryItemCache()
         # Concurrent evaluations of one request wait for a single generation call instead of each making one.
         self._in_flight: dict[str, asyncio.Future[_Generation]] = {}
-
-    async def evaluate(
-        self, conversation: Conversation, rubric: AdaptiveRubric, context: EvaluationContext
-    ) -> list[EvaluationResult]:
-        return await judge_each_reply(
-            conversation, rubric, context, lambda target: self._evaluate_target(conversation, rubric, context, target)
-        )
 
     async def _evaluate_target(
         self, conversation: Conversation, rubric: AdaptiveRubric, context: EvaluationContext, target: Target

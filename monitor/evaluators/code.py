@@ -29,7 +29,7 @@ from typing import Any
 
 from monitor.evaluators.base import EvaluationContext, InvalidReply, JudgeUsage, extract_json, unscored_result
 from monitor.evaluators.foundry import check_data, conversation_fields, missing_data, parse_metrics, scored_result
-from monitor.evaluators.views import Target, judge_each_reply
+from monitor.evaluators.views import EachReply, Target
 from monitor.models import Conversation, EvaluationResult
 from monitor.rubrics.evaluator_kinds import CodeEvaluatorRubric
 
@@ -146,7 +146,7 @@ def grader_sample(fields: dict[str, Any]) -> dict[str, Any]:
     return {"output_text": text, "output_json": as_json, "output_tools": tools}
 
 
-class CodeEvaluator:
+class CodeEvaluator(EachReply[CodeEvaluatorRubric]):
     kinds: tuple[str, ...] = ("code",)
 
     def __init__(self, max_processes: int | None = None, namespaces: bool = True) -> None:
@@ -154,13 +154,6 @@ class CodeEvaluator:
         self.namespaces = namespaces
         """False: skip the network namespace and rely on the audit hook (tests of the fallback)."""
         self._slots = asyncio.Semaphore(self.max_processes)
-
-    async def evaluate(
-        self, conversation: Conversation, rubric: CodeEvaluatorRubric, context: EvaluationContext
-    ) -> list[EvaluationResult]:
-        return await judge_each_reply(
-            conversation, rubric, context, lambda target: self._evaluate_target(conversation, rubric, context, target)
-        )
 
     async def _evaluate_target(
         self, conversation: Conversation, rubric: CodeEvaluatorRubric, context: EvaluationContext, target: Target

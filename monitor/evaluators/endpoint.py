@@ -26,7 +26,7 @@ import httpx
 from monitor.errors import JudgeAuthError, MonitorError
 from monitor.evaluators.base import EvaluationContext, InvalidReply, JudgeUsage, unscored_result
 from monitor.evaluators.foundry import check_data, conversation_fields, missing_data, parse_metrics, scored_result
-from monitor.evaluators.views import Target, judge_each_reply
+from monitor.evaluators.views import EachReply, Target
 from monitor.models import Conversation, EvaluationResult
 from monitor.rubrics.evaluator_kinds import EndpointEvaluatorRubric
 from monitor.settings.schema import check_one_line
@@ -64,7 +64,7 @@ def _retry_after(response: httpx.Response) -> float | None:
         return None
 
 
-class EndpointEvaluator:
+class EndpointEvaluator(EachReply[EndpointEvaluatorRubric]):
     kinds: tuple[str, ...] = ("endpoint",)
 
     def __init__(self, transport: httpx.AsyncBaseTransport | None = None) -> None:
@@ -86,13 +86,6 @@ class EndpointEvaluator:
         for client in self._clients.values():
             await client.aclose()
         self._clients.clear()
-
-    async def evaluate(
-        self, conversation: Conversation, rubric: EndpointEvaluatorRubric, context: EvaluationContext
-    ) -> list[EvaluationResult]:
-        return await judge_each_reply(
-            conversation, rubric, context, lambda target: self._evaluate_target(conversation, rubric, context, target)
-        )
 
     async def _evaluate_target(
         self, conversation: Conversation, rubric: EndpointEvaluatorRubric, context: EvaluationContext, target: Target

@@ -22,7 +22,7 @@ from monitor.evaluators.foundry import (
     scored_result,
 )
 from monitor.evaluators.prompts import data_notice
-from monitor.evaluators.views import Target, judge_each_reply, output_budget
+from monitor.evaluators.views import EachReply, Target, output_budget
 from monitor.judge.base import JudgeRequest
 from monitor.judge.render import cut_middle, escape_data
 from monitor.models import Conversation, EvaluationResult
@@ -79,15 +79,8 @@ def _instructions(rubric: PromptEvaluatorRubric, blocks: list[str]) -> str:
     return "\n".join(lines)
 
 
-class PromptEvaluator:
+class PromptEvaluator(EachReply[PromptEvaluatorRubric]):
     kinds: tuple[str, ...] = ("prompt",)
-
-    async def evaluate(
-        self, conversation: Conversation, rubric: PromptEvaluatorRubric, context: EvaluationContext
-    ) -> list[EvaluationResult]:
-        return await judge_each_reply(
-            conversation, rubric, context, lambda target: self._evaluate_target(conversation, rubric, context, target)
-        )
 
     async def _evaluate_target(
         self, conversation: Conversation, rubric: PromptEvaluatorRubric, context: EvaluationContext, target: Target

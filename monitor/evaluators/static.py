@@ -34,7 +34,7 @@ from monitor.evaluators.base import (
     unscored_result,
 )
 from monitor.evaluators.prompts import data_notice
-from monitor.evaluators.views import Target, judge_each_reply, output_budget, view
+from monitor.evaluators.views import EachReply, Target, output_budget, view
 from monitor.judge.base import JudgeRequest
 from monitor.judge.render import RenderedConversation, escape_data, estimate_tokens, render_conversation
 from monitor.models import Conversation, EvaluationResult
@@ -309,15 +309,8 @@ class _Question:
     """What the reply needs at least (every sentence is repeated with a label, a rationale and excerpts)."""
 
 
-class StaticMetricEvaluator:
+class StaticMetricEvaluator(EachReply[StaticMetricRubric]):
     kinds: tuple[str, ...] = ("grounding", "hallucination", "safety", "final_response_match")
-
-    async def evaluate(
-        self, conversation: Conversation, rubric: StaticMetricRubric, context: EvaluationContext
-    ) -> list[EvaluationResult]:
-        return await judge_each_reply(
-            conversation, rubric, context, lambda target: self._evaluate_target(conversation, rubric, context, target)
-        )
 
     async def _evaluate_target(
         self,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from monitor.evaluators.base import EvaluationContext, JudgeUsage, unscored_result
 from monitor.models import Conversation, EvaluationResult, Message
@@ -44,6 +44,24 @@ async def judge_each_reply(
         return [unscored_result(conversation, rubric, context, None, JudgeUsage(), "no_response",
                                 "The agent gave no reply with text to judge.")]
     return [await judge_one(unit) for unit in units if unit.turn_index not in context.done_turns]
+
+
+R = TypeVar("R", bound=RubricBase)
+
+
+class EachReply(Generic[R]):
+    """An evaluator that judges each reply its rubric's level selects (``judge_each_reply``), one
+    ``_evaluate_target`` per reply."""
+
+    async def evaluate(self, conversation: Conversation, rubric: R, context: EvaluationContext
+                       ) -> list[EvaluationResult]:
+        return await judge_each_reply(
+            conversation, rubric, context, lambda target: self._evaluate_target(conversation, rubric, context, target)
+        )
+
+    async def _evaluate_target(self, conversation: Conversation, rubric: R, context: EvaluationContext,
+                               target: Target) -> EvaluationResult:
+        raise NotImplementedError
 
 
 def expected_turns(conversation: Conversation, rubric: RubricBase) -> set[int] | None:
