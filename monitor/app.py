@@ -75,6 +75,7 @@ class Stages:
     url: str
     source: TraceSource | None
     judge: Judge | None
+    redactor: Redactor | None
 
     def close(self) -> None:
         if self.source is not None:
@@ -112,6 +113,7 @@ def build_stages(settings: Settings, registry: CollectorRegistry, *, load_model:
 
         attempt(lambda: check_review_settings(settings.review))
     source = attempt(lambda: build_source(settings.source, metrics))
+    redactor = attempt(lambda: build_privacy(settings, metrics))  # Presidio named but not installed
     if settings.judge.kind == "local" and not load_model:
         from monitor.judge.local import local_model_path
 
@@ -119,7 +121,7 @@ def build_stages(settings: Settings, registry: CollectorRegistry, *, load_model:
         judge = None
     else:
         judge = attempt(lambda: build_judge(settings.judge, metrics))
-    stages = Stages(metrics, rubrics, url, source, judge)
+    stages = Stages(metrics, rubrics, url, source, judge, redactor)
     if errors:
         stages.close()
         raise ConfigError.collect(errors)
@@ -307,8 +309,10 @@ def build_monitor(settings: Settings, registry: CollectorRegistry | None = None)
     """Build every stage from settings. Raises ``ConfigError`` (exit 2) on a bad setting or rubric file."""
     registry = registry or CollectorRegistry()
     stages = build_stages(settings, registry)
-    metrics, rubrics, source, judge = stages.metrics, stages.rubrics, stages.source, stages.judge
-    assert source is not None and judge is not None  # build_stages raises when a stage cannot be built
+    metrics, rubrics, source, judge, redactor = (stages.metrics, stages.rubrics, stages.source, stages.judge,
+                                                 stages.redactor)
+    # build_stages raises when a stage cannot be built
+    assert source is not None and judge is not None and redactor is not None
     replica = settings.replicas.replica_id or replica_id()
     try:
         single = SingleReplicaLock(stages.url, replica)
@@ -336,13 +340,6 @@ def build_monitor(settings: Settings, registry: CollectorRegistry | None = None)
         log.warning("%s", embedded_warning)
     delay = settings.source.ingestion_delay_seconds if settings.source.kind == "app_insights" else 0.0
     judge_settings = effective_judge_settings(settings.judge)
-    try:
-        redactor = build_privacy(settings, metrics)
-    except ConfigError:
-        store.close()
-        single.release()
-        stages.close()
-        raise
     store.drop_span_content = settings.store.drop_span_content or span_content_dropped_by_redaction(settings)
     if redactor.enabled and "stored_content" in redactor.surfaces and not store.drop_span_content:
         log.warning("redaction: spans keep their raw payloads until conversation.retention_days (late_turns "

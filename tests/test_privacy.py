@@ -179,7 +179,8 @@ def test_store_content_off_drops_what_each_evaluator_quotes_and_keeps_the_verdic
 
 
 def test_redact_command_shows_what_a_file_becomes(tmp_path: Path) -> None:
-    config = write_config(tmp_path / "c.yaml", {"redaction": {"enabled": True, "allow": [KEPT["allowed_email"]]}})
+    config = write_config(tmp_path / "c.yaml", {"rubrics": {"directory": str(REPO / "examples" / "rubrics")},
+                                                "redaction": {"enabled": True, "allow": [KEPT["allowed_email"]]}})
     done = run_cli(["redact", "--input", str(CORPUS), "--config", str(config)], tmp_path)
     assert done.returncode == 0, done.stderr
     lines = [json.loads(line) for line in done.stdout.splitlines()]
@@ -216,6 +217,21 @@ def test_evaluate_sends_the_judge_redacted_conversations(tmp_path: Path) -> None
     assert done.returncode == 0, done.stderr
     assert len(done.stdout.splitlines()) == 3 and leaks(requests) == [] and leaks(done.stdout) == []
     assert "&lt;CARD_1&gt;" in requests
+
+
+def test_check_refuses_a_presidio_model_that_is_not_installed_as_run_does(tmp_path: Path) -> None:
+    # check builds what run builds: a setting that would stop the daemon at start is refused by check too.
+    config = write_config(tmp_path / "c.yaml", {"rubrics": {"directory": str(REPO / "examples" / "rubrics")},
+                                                "redaction": {
+        "enabled": True, "recognizers": ["email", "presidio"], "presidio_model": "xx_no_such_spacy_model"}})
+    for command in (["check"], ["run", "--once"]):
+        done = run_cli([*command, "--config", str(config)], tmp_path)
+        assert done.returncode == 2, (command, done.stderr)
+        assert done.stderr.splitlines()[-1] == (
+            "rubric-monitor: error: settings: redaction.recognizers: redaction.presidio_model "
+            "'xx_no_such_spacy_model' is not installed: install a spaCy English model package (docs/privacy.md)"
+        ), command
+        assert "Traceback" not in done.stderr and "rubric directory" not in done.stderr
 
 
 def test_presidio_finds_names_when_installed() -> None:
