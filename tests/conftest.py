@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import shutil
 from pathlib import Path
+from types import ModuleType
+from typing import NoReturn
 
 import pytest
 from hypothesis import settings as hypothesis_settings
@@ -34,10 +37,24 @@ def require_binary(name: str) -> str:
     """The path of an external tool; in CI (RUBRIC_MONITOR_REQUIRE_TOOLS=1) a missing tool fails the test."""
     path = shutil.which(name)
     if path is None:
-        if os.environ.get("RUBRIC_MONITOR_REQUIRE_TOOLS") == "1":
-            pytest.fail(f"{name} is required in CI but not installed")
-        pytest.skip(f"{name} is not installed (apt-get install prometheus)")
+        missing(name, "apt-get install prometheus")
     return path
+
+
+def require_module(name: str, install: str) -> ModuleType:
+    """The module ``name`` (at a test module's top too); in CI a missing one fails as a missing tool does, so a
+    broken install is never a green run of skips."""
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        missing(name, install)
+
+
+def missing(name: str, install: str) -> NoReturn:
+    """Skip the test (``install`` says how to get ``name``), or fail it in CI (RUBRIC_MONITOR_REQUIRE_TOOLS=1)."""
+    if os.environ.get("RUBRIC_MONITOR_REQUIRE_TOOLS") == "1":
+        pytest.fail(f"{name} is required in CI but not installed")
+    pytest.skip(f"{name} is not installed ({install})", allow_module_level=True)
 
 
 @pytest.fixture(autouse=True)

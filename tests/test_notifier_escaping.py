@@ -81,6 +81,7 @@ def test_teams_shows_hostile_ids_and_names_as_text_never_as_markdown_links() -> 
         assert not re.search(r"(?<!\\)\[[^\]]*(?<!\\)\]\(", text), text
         assert "**" not in text.replace("\\*", "")
     assert any("evil.example" in text for text in blocks)  # shown, as text
+    assert card["actions"]  # the example's link and the monitor's, as buttons
     for action in card["actions"]:
         assert action["url"].startswith(("https://grafana.example/explore?", "http://monitor.example:9464/"))
 

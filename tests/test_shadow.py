@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from monitor.cli.commands import run as run_cli
+from monitor.evaluators.prompts import PROMPT_VERSION
 from monitor.evaluators.versions import builtin_version
 from monitor.review.store import ReviewStore, StoredLabel
 from monitor.rubrics.loader import load_rubric_file
@@ -74,7 +75,7 @@ def test_a_candidate_runs_in_shadow_and_is_promoted_only_by_command(
     [status] = json.loads(capsys.readouterr().out)
     candidate_version = load_rubric_file(workspace / "candidate.yaml", builtin_version).version
     assert status["configuration"] == {"rubric_version": candidate_version, "judge_model": "judge-model",
-                                       "prompt_version": status["configuration"]["prompt_version"]}
+                                       "prompt_version": PROMPT_VERSION}  # an OpenAI judge: the full prompts
     assert (status["judged"], status["labelled"]) == (4, 3)
     # People: conv-0 fail, conv-1 pass, conv-2 fail. Candidate: fail, pass, pass (2 of 3); active: all pass (1 of 3).
     assert status["agreement"]["verdict.pass_fail"]["value"] == pytest.approx(2 / 3)
