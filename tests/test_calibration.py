@@ -22,7 +22,7 @@ from monitor.models import EvaluationResult
 from monitor.trust.agreement import agreement, best_threshold, cohen_kappa, confusion, read_labels, spearman
 from tests.conftest import TAU_BENCH
 from tests.fakes.openai_server import Recorded, Reply, ScriptedOpenAIServer, completion
-from tests.helpers import judge_config, requested_dimensions, write_config
+from tests.helpers import judge_config, requested_dimensions, run_cli, write_config
 from tests.vertex_judging import cited, item_ids, schema_name, user_prompt
 from tools.tau_calibration_set import calibration_records, write_jsonl
 
@@ -220,18 +220,18 @@ def test_the_text_report_shows_the_confusion_matrix_and_threshold(
     assert "best pass threshold:" in out and "Cohen's kappa" in out
 
 
-def test_a_judge_that_fails_is_reported_in_one_line_with_exit_1(
-        calibration_set: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_judge_that_fails_is_reported_in_one_line_with_exit_1(calibration_set: Path, tmp_path: Path) -> None:
     from tests.fakes.openai_server import error
 
     with ScriptedOpenAIServer(lambda r: error(401, "invalid api key", "invalid_request_error")) as server:
-        config = write_config(calibration_set / "failing.json", judge_config(server.base_url))
-        code = main(["calibrate", "--config", str(config), "--rubric", str(calibration_set / "task-success.yaml"),
-                     "--input", str(calibration_set / "conversations.jsonl"),
-                     "--labels", str(calibration_set / "labels.jsonl")])
-    captured = capsys.readouterr()
-    assert code == 1 and captured.out == ""
-    assert captured.err.startswith("rubric-monitor: the judge failed:") and "Traceback" not in captured.err
+        config = write_config(tmp_path / "failing.json", judge_config(server.base_url))
+        # A process of its own: its stderr is the command's only (the fake server writes to this one's).
+        done = run_cli(["calibrate", "--config", str(config), "--rubric", str(calibration_set / "task-success.yaml"),
+                        "--input", str(calibration_set / "conversations.jsonl"),
+                        "--labels", str(calibration_set / "labels.jsonl")], tmp_path)
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr.splitlines()[-1].startswith("rubric-monitor: the judge failed:")
+    assert "Traceback" not in done.stderr
 
 
 def result(conversation_id: str, outcome: str, score: float | None) -> EvaluationResult:
