@@ -10,8 +10,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Self
 
-import trustme
-
 
 def read_json_request(handler: BaseHTTPRequestHandler) -> tuple[dict[str, str], dict[str, Any]]:
     """(headers with lower-case names, the JSON body as an object; ``{}`` for an empty or unparsable body)."""
@@ -61,6 +59,8 @@ class LocalServer:
 def tls_context(ca_path: Path, *names: str) -> ssl.SSLContext:
     """A server context with a certificate for ``names`` from a new CA, whose certificate is written to
     ``ca_path`` for the client to trust."""
+    import trustme  # a dev tool: the lower-bounds run imports these fakes without it
+
     authority = trustme.CA()
     authority.cert_pem.write_to_path(str(ca_path))
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
